@@ -1,0 +1,1 @@
+"""autostream: automatic multi-stream parallelism for PyTorch graph mode."""

@@ -1,0 +1,17 @@
+"""Dialects: the FX ops a rewritten graph uses for streams and syncs.
+
+The only dialect is TorchAir's (``torch.ops.air.*``): on Ascend the real TorchAir
+ops lower it to GE / ACL graphs; elsewhere autostream defines stand-ins with the
+same schemas and its runtimes interpret them.
+"""
+
+from autostream.dialects.torchair import (
+    STREAM_LABEL_KEY,
+    AirOps,
+    air_ops,
+    is_stream_op,
+    stream_label,
+    stream_index,
+)
+
+__all__ = ["STREAM_LABEL_KEY", "AirOps", "air_ops", "is_stream_op", "stream_label", "stream_index"]

@@ -1,0 +1,152 @@
+"""TorchAir's stream ops: ``air.scope_enter / scope_exit / record / wait``.
+
+TorchAir registers each op only ``if not hasattr(torch.ops.air, NAME)``.  A stand-in
+defined first would therefore stop TorchAir from installing its real kernels, so
+:func:`air_ops` first lets TorchAir register (when ``torch_npu`` is installed) and
+only defines the stand-ins, with exactly TorchAir's schemas, when the ops are still
+missing afterwards.  Nothing here runs at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+log = logging.getLogger("autostream")
+
+STREAM_LABEL_KEY = "_user_stream_label"
+
+_SCHEMAS = {
+    "scope_enter": "scope_enter(str[] keys, str[] values, bool need_execute=False) -> ()",
+    "scope_exit": "scope_exit(bool need_execute=False) -> ()",
+    "record": "record(*, Device? device=None) -> Tensor",
+    "wait": "wait(Tensor[] x) -> ()",
+}
+
+# The stand-in library must outlive every graph that uses its ops: a
+# ``torch.library.Library`` deregisters its ops when garbage-collected.
+_LIBRARY_LOCK = threading.Lock()
+_STANDIN: list[torch.library.Library] = []
+
+
+@dataclass(frozen=True)
+class AirOps:
+    """The four op overloads and whether they are TorchAir's own or autostream's stand-ins."""
+
+    scope_enter: Any
+    scope_exit: Any
+    record: Any
+    wait: Any
+    from_torchair: bool
+
+    def targets(self) -> tuple[Any, ...]:
+        return (self.scope_enter, self.scope_exit, self.record, self.wait)
+
+
+def _try_import_torchair() -> bool:
+    if importlib.util.find_spec("torch_npu") is None:
+        return False
+    try:
+        importlib.import_module("torch_npu")
+        importlib.import_module("torchair")
+        # Importing the scope module registers the air ops in TorchAir.
+        importlib.import_module("torchair.scope")
+        return True
+    except Exception as exc:  # CANN missing, version mismatch, ...
+        log.debug("TorchAir not usable (%s); using autostream's stand-in air ops", exc)
+        return False
+
+
+def _define_standins() -> None:
+    lib = torch.library.Library("air", "FRAGMENT")
+    for name, schema in _SCHEMAS.items():
+        if not hasattr(torch.ops.air, name):
+            lib.define(schema)
+
+    def scope_enter(keys: list[str], values: list[str], need_execute: bool = False) -> None:
+        return None
+
+    def scope_exit(need_execute: bool = False) -> None:
+        return None
+
+    def record(*, device: torch.device | None = None) -> torch.Tensor:
+        return torch.empty(0, device=device)
+
+    def wait(x: list[torch.Tensor]) -> None:
+        return None
+
+    for name, fn in {"scope_enter": scope_enter, "scope_exit": scope_exit,
+                     "record": record, "wait": wait}.items():
+        lib.impl(name, fn, "CompositeExplicitAutograd")
+    _STANDIN.append(lib)
+
+
+def air_ops() -> AirOps:
+    """The ``air`` op overloads, registering stand-ins only if TorchAir cannot provide them.
+
+    >>> ops = air_ops()
+    >>> str(ops.record._schema)
+    'air::record(*, Device? device=None) -> Tensor'
+    """
+    with _LIBRARY_LOCK:
+        from_torchair = hasattr(torch.ops.air, "scope_enter") and not _STANDIN
+        if not all(hasattr(torch.ops.air, n) for n in _SCHEMAS):
+            from_torchair = _try_import_torchair() and all(hasattr(torch.ops.air, n) for n in _SCHEMAS)
+            if not from_torchair:
+                _define_standins()
+        ops = AirOps(
+            scope_enter=torch.ops.air.scope_enter.default,
+            scope_exit=torch.ops.air.scope_exit.default,
+            record=torch.ops.air.record.default,
+            wait=torch.ops.air.wait.default,
+            from_torchair=from_torchair,
+        )
+        for op in (ops.scope_enter, ops.scope_exit, ops.wait):
+            torch.fx.node.has_side_effect(op)
+        return ops
+
+
+def is_stream_op(node: torch.fx.Node) -> bool:
+    """True for call_function nodes whose target is one of the ``air`` stream ops."""
+    if node.op != "call_function":
+        return False
+    name = getattr(node.target, "name", None)
+    return callable(name) and name() in {f"air::{n}" for n in _SCHEMAS}
+
+
+def air_kind(node: torch.fx.Node) -> str | None:
+    """``"scope_enter" | "scope_exit" | "record" | "wait"`` for air nodes, else ``None``."""
+    if not is_stream_op(node):
+        return None
+    return node.target.name().split("::", 1)[1]
+
+
+def stream_label(stream: int) -> str:
+    """TorchAir label of side stream ``stream`` (``stream_1``, ``stream_2``...)."""
+    if stream < 1:
+        raise ValueError("stream 0 is the main stream and has no scope label")
+    return f"stream_{stream}"
+
+
+def stream_index(label: str) -> int:
+    """Inverse of :func:`stream_label`: ``"stream_3" -> 3``."""
+    prefix, _, number = label.partition("_")
+    if prefix != "stream" or not number.isdigit() or int(number) < 1:
+        raise ValueError(f"unknown stream label {label!r}; expected 'stream_<k>' with k >= 1")
+    return int(number)
+
+
+def scope_label(node: torch.fx.Node) -> str | None:
+    """The ``_user_stream_label`` value of a ``scope_enter`` node, if it sets one."""
+    keys, values = node.args[0], node.args[1]
+    for k, v in zip(keys, values):
+        if k == STREAM_LABEL_KEY:
+            return v
+    return None

@@ -1,0 +1,53 @@
+"""Solvers: ``solve(problem, **options) -> Schedule``, chosen by name.
+
+>>> sorted(SOLVERS)[:3]
+['cpsat', 'critical_path', 'heft']
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from autostream.problem import SchedulingProblem
+from autostream.schedule import Schedule
+
+#: solver name -> "module:function"; imported lazily so that OR-Tools loads only
+#: when ``cpsat`` is used.
+SOLVERS: dict[str, str] = {
+    "single": "autostream.solvers.single:solve",
+    "round_robin": "autostream.solvers.round_robin:solve",
+    "tf_greedy": "autostream.solvers.tf_greedy:solve",
+    "opara": "autostream.solvers.opara:solve",
+    "critical_path": "autostream.solvers.critical_path:solve",
+    "nimble": "autostream.solvers.nimble:solve",
+    "heft": "autostream.solvers.heft:solve",
+    "cpsat": "autostream.solvers.cpsat:solve",
+}
+
+SolveFn = Callable[..., Schedule]
+
+
+def check_solver_name(name: str) -> str:
+    """Return ``name`` if it is a known solver, else raise ``ValueError`` naming the allowed ones."""
+    if name not in SOLVERS:
+        raise ValueError(f"unknown solver {name!r}; allowed: {', '.join(sorted(SOLVERS))}")
+    return name
+
+
+def get_solver(name: str) -> SolveFn:
+    """The ``solve`` function of solver ``name``."""
+    module, func = SOLVERS[check_solver_name(name)].split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def solve(problem: SchedulingProblem, solver: str = "heft", **options: object) -> Schedule:
+    """Plan ``problem`` with the named solver.
+
+    >>> import networkx as nx
+    >>> g = nx.DiGraph([("a", "b")])
+    >>> nx.set_node_attributes(g, 1.0, "duration")
+    >>> solve(SchedulingProblem(g, streams=2), "single").makespan
+    2.0
+    """
+    return get_solver(solver)(problem, **options)

@@ -1,0 +1,60 @@
+"""What every solver shares: building a ``Schedule`` from a stream assignment."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from autostream.problem import SchedulingProblem
+from autostream.schedule import Schedule
+from autostream.timeline import simulate
+
+
+def launch_order(
+    problem: SchedulingProblem,
+    start: Mapping[str, float],
+    tiebreak: Mapping[str, int] | None = None,
+) -> tuple[str, ...]:
+    """Ops sorted by predicted start, ties broken by ``tiebreak`` (default: topological index).
+
+    A dependence ``u -> v`` has ``start[u] <= start[v]`` in any valid timeline, so
+    with a topological tiebreak the result is a topological order.
+    """
+    idx = tiebreak if tiebreak is not None else problem.topo_index
+    return tuple(sorted(problem.graph, key=lambda n: (start[n], idx[n])))
+
+
+def schedule_from_assignment(
+    problem: SchedulingProblem,
+    stream_of: Mapping[str, int],
+    solver: str,
+    order: tuple[str, ...] | None = None,
+    **stats: object,
+) -> Schedule:
+    """Predict the timeline of a stream assignment and wrap it as a ``Schedule``.
+
+    Streams are renumbered by first appearance so that the first stream used is
+    stream 0 (the main stream). ``order`` defaults to the topological order.
+    """
+    order = tuple(order) if order is not None else problem.topo_order
+    stream_of = canonical_streams(stream_of, order)
+    start, end = simulate(problem, stream_of, order)
+    makespan = max(end.values(), default=0.0)
+    return Schedule(
+        solver=solver,
+        stream_of=stream_of,
+        order=launch_order(problem, start, {n: i for i, n in enumerate(order)}),
+        start=start,
+        end=end,
+        makespan=makespan,
+        lower_bound=problem.lower_bound(),
+        optimal=False,
+        stats=dict(stats),
+    )
+
+
+def canonical_streams(stream_of: Mapping[str, int], order: tuple[str, ...]) -> dict[str, int]:
+    """Renumber streams 0..k-1 by the first op (in ``order``) that uses each."""
+    renumber: dict[int, int] = {}
+    for n in order:
+        renumber.setdefault(stream_of[n], len(renumber))
+    return {n: renumber[stream_of[n]] for n in order}
