@@ -1,0 +1,209 @@
+"""``CostModel``: an op's duration and device share, and where the numbers came from.
+
+Lookup chain for one op: ``exact`` (the table measured this signature) ->
+``scaled`` (the same op measured at other shapes, scaled by FLOPs or bytes) ->
+``roofline`` (the device profile's peak rates) -> ``free`` (metadata-only ops).
+
+>>> import torch
+>>> from torch.fx.experimental.proxy_tensor import make_fx
+>>> gm = make_fx(lambda a: (a @ a).view(-1), tracing_mode="fake")(torch.ones(8, 8))
+>>> cm = CostModel(CostTable.from_profile())
+>>> [cm.estimate(n).source for n in gm.graph.nodes if n.op == "call_function"]
+['roofline', 'free']
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch.fx
+
+from autostream.cost.free import is_free_target
+from autostream.cost.profile import GENERIC_CPU
+from autostream.cost.signature import OpSignature, dtype_short, node_signature
+from autostream.cost.table import CostTable, Entry
+
+SOURCES = ("exact", "scaled", "roofline", "free")
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One estimate: duration (us) when alone, device share in [0, 1], and its source."""
+
+    duration_us: float
+    share: float
+    source: str
+    note: str = ""
+
+
+FREE = OpCost(0.0, 0.0, "free")
+
+
+class CostModel:
+    """Estimates op costs from a :class:`CostTable` (measured or spec-derived)."""
+
+    def __init__(self, table: CostTable) -> None:
+        self.table = table
+        self.profile = table.profile
+        self._exact: dict[tuple[str, str], Entry] = {e.key: e for e in table.entries}
+        by_op: dict[tuple[str, str], list[Entry]] = defaultdict(list)
+        for e in table.entries:
+            by_op[(e.op, e.dtype)].append(e)
+        self._by_op = {k: sorted(v, key=lambda e: (_work(e), e.signature)) for k, v in by_op.items()}
+        self._cache: dict[tuple[str, str], OpCost] = {}
+
+    # -- construction ----------------------------------------------------------------
+    @classmethod
+    def load(cls, name_or_path: str | os.PathLike, device: str | None = None) -> CostModel:
+        """A shipped table by name (``"cpu"``, ``"h200"``, ``"ascend910b"``) or a JSON path.
+
+        ``device`` (``"cpu"``, ``"cuda"``, ``"npu"``) rejects a table made for another kind.
+        """
+        import cost_models
+
+        text = os.fspath(name_or_path)
+        is_path = isinstance(name_or_path, Path) or text.endswith(".json") or os.sep in text
+        path = Path(text) if is_path else cost_models.table_path(text)
+        return cls(CostTable.load(path, expect_kind=device))
+
+    @classmethod
+    def default(cls) -> CostModel:
+        """The shipped CPU table when present, else a roofline on a generic CPU profile."""
+        import cost_models
+
+        if "cpu" in cost_models.available():
+            return cls.load("cpu")
+        return cls(CostTable.from_profile(GENERIC_CPU))
+
+    # -- device-level costs ------------------------------------------------------------
+    @property
+    def sync_latency_us(self) -> float:
+        """Cost of one record/wait pair between streams."""
+        return self.profile.record_wait_us
+
+    @property
+    def launch_overhead_us(self) -> float:
+        return self.profile.launch_overhead_us
+
+    @property
+    def stream_switch_us(self) -> float:
+        return self.profile.stream_switch_us
+
+    def describe(self) -> str:
+        """One line: device, kind, whether measured or spec-derived, entry count."""
+        d = self.table.device
+        how = ("measured" if self.profile.origin == "measured"
+               else "spec-derived, unprofiled")
+        where = f" on {d['host']}" if d.get("host") else ""
+        return (f"{d['name']} ({d['kind']}, {how}{where}; {len(self.table.entries)} measured "
+                f"op signatures; table {self.table.source})")
+
+    # -- estimates ---------------------------------------------------------------------
+    def estimate(self, node: torch.fx.Node) -> OpCost:
+        """Cost of one FX node; never raises for odd nodes (they fall back to a roofline)."""
+        if node.op != "call_function" or is_free_target(node.target):
+            return FREE
+        try:
+            sig = node_signature(node)
+        except Exception as exc:  # noqa: BLE001 - an exotic node must not break planning
+            lo = self.profile.launch_overhead_us
+            return OpCost(lo, 0.0, "roofline", f"signature unreadable ({type(exc).__name__}); "
+                          "launch overhead only")
+        return self.estimate_signature(sig)
+
+    def estimate_signature(self, sig: OpSignature) -> OpCost:
+        """Cost of an :class:`OpSignature` (the chain exact -> scaled -> roofline)."""
+        ck = (sig.op, sig.key)
+        hit = self._cache.get(ck)
+        if hit is None:
+            hit = self._cache[ck] = self._lookup(sig)
+        return hit
+
+    def _lookup(self, sig: OpSignature) -> OpCost:
+        dtype = dtype_short(sig.dtype)
+        if sig.approximate:
+            return self._roofline(sig, dtype, "symbolic size without a hint: roofline on "
+                                  "a fallback size")
+        e = self._exact.get((sig.op, sig.key))
+        if e is not None:
+            return OpCost(e.median_us, e.share, "exact")
+        scaled = self._scaled(sig, dtype)
+        if scaled is not None:
+            return scaled
+        return self._roofline(sig, dtype, "")
+
+    def _roofline(self, sig: OpSignature, dtype: str, note: str) -> OpCost:
+        p = self.profile
+        return OpCost(p.roofline_us(sig.flops, sig.bytes, dtype),
+                      p.roofline_share(sig.flops, sig.bytes, dtype), "roofline", note)
+
+    def _scaled(self, sig: OpSignature, dtype: str) -> OpCost | None:
+        refs = self._by_op.get((sig.op, dtype))
+        if not refs:
+            return None
+        by_flops = refs[0].flop_formula
+        work = float(sig.flops if by_flops else sig.bytes)
+        works = [_work(e) for e in refs]
+        i = bisect.bisect_left(works, work)
+        lo, hi = (refs[i - 1] if i > 0 else None), (refs[i] if i < len(refs) else None)
+        what = "FLOPs" if by_flops else "bytes"
+        if lo is not None and hi is not None and _work(hi) > _work(lo):
+            # bracketed: interpolate between the two neighbours
+            f = (work - _work(lo)) / (_work(hi) - _work(lo))
+            t = lo.median_us + f * (hi.median_us - lo.median_us)
+            share = lo.share + f * (hi.share - lo.share)
+            return OpCost(t, share, "scaled", f"interpolated by {what} between "
+                          f"({lo.signature}) and ({hi.signature})")
+        ref = hi if lo is None else lo
+        if hi is not None and lo is not None:
+            ref = min((lo, hi), key=lambda e: abs(math.log((_work(e) + 1) / (work + 1))))
+        fixed = min(self.profile.launch_overhead_us, ref.median_us)
+        ratio = work / _work(ref) if _work(ref) > 0 else 1.0
+        t = fixed + (ref.median_us - fixed) * ratio
+        return OpCost(t, ref.share, "scaled", f"scaled by {what} from ({ref.signature})")
+
+
+def _work(e: Entry) -> float:
+    return float(e.flops if e.flop_formula else e.bytes)
+
+
+@dataclass(frozen=True)
+class SourceBreakdown:
+    """What fraction of predicted time (and how many ops) rests on each source."""
+
+    time_us: dict[str, float]
+    counts: dict[str, int]
+
+    @property
+    def total_us(self) -> float:
+        return sum(self.time_us.values())
+
+    def fraction(self, source: str) -> float:
+        total = self.total_us
+        return self.time_us.get(source, 0.0) / total if total > 0 else 0.0
+
+    def __str__(self) -> str:
+        parts = [f"{s} {100 * self.fraction(s):.1f}% ({self.counts[s]} ops)"
+                 for s in SOURCES if self.counts.get(s)]
+        return ", ".join(parts) if parts else "no ops"
+
+
+def source_breakdown(estimates: Iterable[OpCost]) -> SourceBreakdown:
+    """Sum predicted time and op counts per source.
+
+    >>> b = source_breakdown([OpCost(3, 1, "exact"), OpCost(1, 1, "roofline"), FREE])
+    >>> b.fraction("exact"), str(b)
+    (0.75, 'exact 75.0% (1 ops), roofline 25.0% (1 ops), free 0.0% (1 ops)')
+    """
+    time_us = {s: 0.0 for s in SOURCES}
+    counts = {s: 0 for s in SOURCES}
+    for c in estimates:
+        time_us[c.source] = time_us.get(c.source, 0.0) + c.duration_us
+        counts[c.source] = counts.get(c.source, 0) + 1
+    return SourceBreakdown(time_us, counts)

@@ -1,0 +1,73 @@
+"""Device profiles: the numbers a roofline estimate needs.
+
+A profile is either *measured* (by ``autostream calibrate``) or *spec-derived*
+(published peak numbers, never profiled).  Times are in microseconds.
+
+>>> p = GENERIC_CPU
+>>> round(p.roofline_us(flops=2e9, nbytes=0, dtype="f32") - p.launch_overhead_us, 3)
+20000.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+KINDS = ("cpu", "cuda", "npu")
+ORIGINS = ("measured", "spec")
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """Peak rates and fixed costs of one device.
+
+    ``peak_flops`` maps dtype short names (``"f32"``, ``"f16"``, ``"bf16"``...) to
+    FLOP/s; ``bandwidth`` is in bytes/s.  ``record_wait_us`` is the cost of one
+    record/wait pair between streams (the planner's sync latency),
+    ``stream_switch_us`` the host cost of switching the current stream, and
+    ``launch_overhead_us`` the fixed cost of launching one op.
+    """
+
+    name: str
+    kind: str
+    origin: str
+    peak_flops: dict[str, float]
+    bandwidth: float
+    launch_overhead_us: float
+    record_wait_us: float
+    stream_switch_us: float
+    notes: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def peak(self, dtype: str) -> float:
+        """Peak FLOP/s for ``dtype``; unknown dtypes use the f32 (or slowest) rate."""
+        if dtype in self.peak_flops:
+            return self.peak_flops[dtype]
+        return self.peak_flops.get("f32", min(self.peak_flops.values()))
+
+    def core_us(self, flops: float, nbytes: float, dtype: str) -> float:
+        """Roofline time without the launch overhead."""
+        return max(flops / self.peak(dtype), nbytes / self.bandwidth) * 1e6
+
+    def roofline_us(self, flops: float, nbytes: float, dtype: str) -> float:
+        """``launch + max(flops / peak, bytes / bandwidth)``."""
+        return self.launch_overhead_us + self.core_us(flops, nbytes, dtype)
+
+    def roofline_share(self, flops: float, nbytes: float, dtype: str) -> float:
+        """Device share guessed from the roofline: the fraction of the op's time spent
+        working rather than launching (a launch-bound op leaves the device idle)."""
+        core = self.core_us(flops, nbytes, dtype)
+        total = core + self.launch_overhead_us
+        return core / total if total > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: A modest generic CPU used when no calibrated table is available.
+GENERIC_CPU = DeviceProfile(
+    name="generic-cpu", kind="cpu", origin="spec",
+    peak_flops={"f32": 1e11, "f64": 5e10, "bf16": 5e10, "f16": 2.5e10},
+    bandwidth=1e10, launch_overhead_us=5.0, record_wait_us=10.0, stream_switch_us=5.0,
+    notes="rough generic CPU; calibrate for real numbers",
+)

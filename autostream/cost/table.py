@@ -1,0 +1,266 @@
+"""Cost tables: the versioned JSON format, strict validation, save and merge.
+
+The format is documented in ``cost_models/README.md``.  Loading never guesses: a
+corrupt file, an unknown schema version, a negative or missing time raises
+:class:`TableError` naming the file and the field.
+
+>>> t = CostTable(device={"name": "x", "kind": "cpu", "origin": "spec"},
+...               profile=GENERIC_CPU, entries=())
+>>> CostTable.from_json(t.to_json(), source="<mem>").device["name"]
+'x'
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from autostream.cost.profile import GENERIC_CPU, KINDS, ORIGINS, DeviceProfile
+
+SCHEMA = "autostream.cost_table"
+VERSION = 1
+
+
+class TableError(ValueError):
+    """A cost table that cannot be trusted; the message names the file and the field."""
+
+    def __init__(self, source: str, field_: str, problem: str) -> None:
+        self.source, self.field, self.problem = source, field_, problem
+        where = f" field {field_!r}" if field_ else ""
+        super().__init__(f"cost table {source}:{where} {problem}")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One measured op signature."""
+
+    op: str
+    signature: str
+    dtype: str
+    flops: int
+    bytes: int
+    median_us: float
+    spread_us: float
+    samples: int
+    share: float
+    slowdown: float = 1.0
+    flop_formula: bool = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.op, self.signature)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An op signature calibration could not run, with the reason."""
+
+    op: str
+    signature: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CostTable:
+    """A device descriptor, its profile, measured entries and skipped ops."""
+
+    device: dict[str, Any]
+    profile: DeviceProfile
+    entries: tuple[Entry, ...] = ()
+    skipped: tuple[Skipped, ...] = ()
+    source: str = field(default="<memory>", compare=False)
+
+    # -- I/O -------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        prof = self.profile.to_json()
+        for k in ("name", "kind", "origin", "notes", "extra"):
+            prof.pop(k)
+        return {
+            "schema": SCHEMA,
+            "version": VERSION,
+            "device": dict(self.device),
+            "profile": prof,
+            "entries": [asdict(e) for e in sorted(self.entries, key=lambda e: e.key)],
+            "skipped": [asdict(s) for s in sorted(self.skipped, key=lambda s: (s.op, s.signature))],
+        }
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the table as indented JSON (atomically: a crash leaves the old file)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, expect_kind: str | None = None) -> CostTable:
+        """Read and validate a table file; ``expect_kind`` rejects another device's table."""
+        path = Path(path)
+        source = str(path)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"cost table {source} does not exist") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TableError(source, "", f"is not valid JSON (corrupt or truncated?): {exc}") from None
+        table = cls.from_json(data, source=source)
+        if expect_kind is not None and table.device["kind"] != expect_kind:
+            raise TableError(source, "device.kind",
+                             f"the table was made for a {table.device['kind']!r} device "
+                             f"({table.device['name']}), not {expect_kind!r}; calibrate one for "
+                             f"this device with `autostream calibrate --device {expect_kind}`")
+        return table
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "<memory>") -> CostTable:
+        """Validate parsed JSON into a table (see ``cost_models/README.md``)."""
+        v = _Validator(source)
+        v.mapping(data, "")
+        if data.get("schema") != SCHEMA:
+            raise TableError(source, "schema", f"is {data.get('schema')!r}, expected {SCHEMA!r}: "
+                             "not an autostream cost table")
+        version = data.get("version")
+        if version != VERSION:
+            raise TableError(source, "version", f"unknown schema version {version!r}; this "
+                             f"autostream reads version {VERSION} (upgrade autostream or recalibrate)")
+        dev = v.mapping(v.get(data, "device", ""), "device")
+        name = v.string(v.get(dev, "name", "device"), "device.name")
+        kind = v.choice(v.get(dev, "kind", "device"), "device.kind", KINDS)
+        origin = v.choice(v.get(dev, "origin", "device"), "device.origin", ORIGINS)
+        prof = v.mapping(v.get(data, "profile", ""), "profile")
+        peaks = v.mapping(v.get(prof, "peak_flops", "profile"), "profile.peak_flops")
+        if not peaks:
+            raise TableError(source, "profile.peak_flops", "is empty; give at least 'f32'")
+        profile = DeviceProfile(
+            name=name, kind=kind, origin=origin,
+            peak_flops={k: v.positive(x, f"profile.peak_flops.{k}") for k, x in peaks.items()},
+            bandwidth=v.positive(v.get(prof, "bandwidth", "profile"), "profile.bandwidth"),
+            launch_overhead_us=v.time(v.get(prof, "launch_overhead_us", "profile"),
+                                      "profile.launch_overhead_us"),
+            record_wait_us=v.time(v.get(prof, "record_wait_us", "profile"), "profile.record_wait_us"),
+            stream_switch_us=v.time(v.get(prof, "stream_switch_us", "profile"),
+                                    "profile.stream_switch_us"),
+            notes=str(dev.get("notes", "")),
+        )
+        entries = []
+        seen: dict[tuple[str, str], int] = {}
+        for i, e in enumerate(v.sequence(data.get("entries", []), "entries")):
+            f = f"entries[{i}]"
+            v.mapping(e, f)
+            entry = Entry(
+                op=v.string(v.get(e, "op", f), f"{f}.op"),
+                signature=v.string(v.get(e, "signature", f), f"{f}.signature", empty=True),
+                dtype=v.string(v.get(e, "dtype", f), f"{f}.dtype"),
+                flops=int(v.time(v.get(e, "flops", f), f"{f}.flops")),
+                bytes=int(v.time(v.get(e, "bytes", f), f"{f}.bytes")),
+                median_us=v.time(v.get(e, "median_us", f), f"{f}.median_us"),
+                spread_us=v.time(v.get(e, "spread_us", f), f"{f}.spread_us"),
+                samples=int(v.positive(v.get(e, "samples", f), f"{f}.samples")),
+                share=v.unit(v.get(e, "share", f), f"{f}.share"),
+                slowdown=v.time(e.get("slowdown", 1.0), f"{f}.slowdown"),
+                flop_formula=bool(e.get("flop_formula", False)),
+            )
+            if entry.key in seen:
+                raise TableError(source, f"{f}.signature",
+                                 f"duplicates entries[{seen[entry.key]}] ({entry.op}({entry.signature}))")
+            seen[entry.key] = i
+            entries.append(entry)
+        skipped = []
+        for i, s in enumerate(v.sequence(data.get("skipped", []), "skipped")):
+            f = f"skipped[{i}]"
+            v.mapping(s, f)
+            skipped.append(Skipped(v.string(v.get(s, "op", f), f"{f}.op"),
+                                   v.string(v.get(s, "signature", f), f"{f}.signature", empty=True),
+                                   v.string(v.get(s, "reason", f), f"{f}.reason")))
+        return cls(device=dict(dev), profile=profile, entries=tuple(entries),
+                   skipped=tuple(skipped), source=source)
+
+    # -- combining -------------------------------------------------------------------
+    def merged(self, newer: CostTable) -> CostTable:
+        """This table updated with ``newer``'s entries, device and profile.
+
+        Entries of the same signature are replaced by the newer measurement; a skip
+        is dropped once the signature has an entry.  Tables of different device
+        kinds or names do not merge.
+        """
+        for k in ("kind", "name"):
+            if self.device.get(k) != newer.device.get(k):
+                raise TableError(self.source, f"device.{k}",
+                                 f"is {self.device.get(k)!r} but the new measurements are for "
+                                 f"{newer.device.get(k)!r}; merge only tables of one device")
+        entries = {e.key: e for e in self.entries}
+        entries.update({e.key: e for e in newer.entries})
+        skipped = {(s.op, s.signature): s for s in (*self.skipped, *newer.skipped)}
+        skipped = {k: s for k, s in skipped.items() if k not in entries}
+        return replace(newer, entries=tuple(entries.values()), skipped=tuple(skipped.values()))
+
+    @classmethod
+    def from_profile(cls, profile: DeviceProfile = GENERIC_CPU, **device: Any) -> CostTable:
+        """A table with no measurements: every estimate will be a roofline."""
+        dev = {"name": profile.name, "kind": profile.kind, "origin": profile.origin,
+               "notes": profile.notes, **device}
+        return cls(device=dev, profile=profile)
+
+
+class _Validator:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, f: str, problem: str) -> TableError:
+        return TableError(self.source, f, problem)
+
+    def get(self, m: Mapping, key: str, parent: str) -> Any:
+        if key not in m:
+            raise self.fail(f"{parent}.{key}" if parent else key, "is missing")
+        return m[key]
+
+    def mapping(self, x: Any, f: str) -> Mapping:
+        if not isinstance(x, Mapping):
+            raise self.fail(f, f"must be a JSON object, got {type(x).__name__}")
+        return x
+
+    def sequence(self, x: Any, f: str) -> Iterable:
+        if not isinstance(x, list):
+            raise self.fail(f, f"must be a JSON list, got {type(x).__name__}")
+        return x
+
+    def string(self, x: Any, f: str, empty: bool = False) -> str:
+        if not isinstance(x, str) or (not empty and not x):
+            raise self.fail(f, f"must be a non-empty string, got {x!r}")
+        return x
+
+    def choice(self, x: Any, f: str, options: tuple[str, ...]) -> str:
+        if x not in options:
+            raise self.fail(f, f"is {x!r}; expected one of {', '.join(options)}")
+        return x
+
+    def number(self, x: Any, f: str) -> float:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise self.fail(f, f"must be a finite number, got {x!r}")
+        return float(x)
+
+    def time(self, x: Any, f: str) -> float:
+        x = self.number(x, f)
+        if x < 0:
+            raise self.fail(f, f"is negative ({x}); times and counts must be >= 0")
+        return x
+
+    def positive(self, x: Any, f: str) -> float:
+        x = self.number(x, f)
+        if x <= 0:
+            raise self.fail(f, f"must be > 0, got {x}")
+        return x
+
+    def unit(self, x: Any, f: str) -> float:
+        x = self.number(x, f)
+        if not 0.0 <= x <= 1.0:
+            raise self.fail(f, f"is {x}; a device share lies in [0, 1]")
+        return x
