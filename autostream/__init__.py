@@ -1,1 +1,28 @@
-"""autostream: automatic multi-stream parallelism for PyTorch graph mode."""
+"""autostream: automatic multi-stream parallelism for PyTorch graph mode.
+
+One line registers the pass with TorchAir::
+
+    config.post_grad_custom_pre_pass = autostream.AutoStreamPass()
+
+and elsewhere ``torch.compile(model, backend="autostream")`` plans and runs it.
+"""
+
+from autostream.backend import backend
+from autostream.passes import AutoStreamPass, PassReport
+from autostream.planning import Plan, PlanOptions, plan_graph
+from autostream.problem import SchedulingProblem
+from autostream.schedule import JOIN, Schedule, Sync
+
+__all__ = [
+    "JOIN",
+    "AutoStreamPass",
+    "PassReport",
+    "Plan",
+    "PlanOptions",
+    "Schedule",
+    "SchedulingProblem",
+    "Sync",
+    "backend",
+    "plan_graph",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,182 @@
+"""FX ``GraphModule`` -> ``OpGraph``: a networkx DAG of schedulable ops and real dependences.
+
+Edges come from three sources:
+
+1. **data**: every op depends on the ops that produce its inputs (including
+   ``operator.getitem`` of multi-output ops and views);
+2. **memory**: ops that write a storage (in-place ``aten.*_`` ops, ``copy_``,
+   ``index_put_``, out-variants, ``auto_functionalized``) are ordered after every
+   earlier reader and writer of the same storage, and later readers after them.
+   Storages are tracked through views: a view's storage is its base's;
+3. **effects**: ops registered with ``has_side_effect``, impure ops and RNG ops
+   keep their relative program order (one chain), so no rewrite reorders them.
+
+Placeholders, ``get_attr`` and ``output`` are not scheduled.  Metadata-only ops
+(views, ``getitem``, symbolic-size arithmetic) are scheduled with zero cost.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import networkx as nx
+import torch
+import torch.fx
+
+#: ``OpGraph`` is a plain ``networkx.DiGraph``; nodes are FX node names with the
+#: attributes ``fx`` (the ``torch.fx.Node``), ``target`` (str), ``order`` (program
+#: position) and ``meta_only`` (bool).  Edges carry ``kind`` in
+#: {"data", "memory", "effect"}.
+OpGraph = nx.DiGraph
+
+_UNSCHEDULED = {"placeholder", "get_attr", "output"}
+
+
+@dataclass(frozen=True)
+class OpEffects:
+    """What an op does besides computing its outputs."""
+
+    writes: tuple[torch.fx.Node, ...]  # inputs whose storage it mutates
+    ordered: bool  # side effect or RNG: keep program order among such ops
+
+
+def target_name(node: torch.fx.Node) -> str:
+    """A stable printable name of a node's target (``aten.mm.default``, ``operator.getitem``).
+
+    >>> g = torch.fx.Graph(); x = g.placeholder("x")
+    >>> target_name(g.call_function(torch.ops.aten.relu.default, (x,)))
+    'aten.relu.default'
+    """
+    t = node.target
+    if isinstance(t, torch._ops.OpOverload):
+        return f"{t.namespace}.{t._schema.name.split('::', 1)[-1]}.{t._overloadname}"
+    if isinstance(t, torch._ops.HigherOrderOperator):
+        return f"higher_order.{t.name()}"
+    if isinstance(t, str):
+        return t
+    module = getattr(t, "__module__", None) or ""
+    name = getattr(t, "__name__", repr(t))
+    return f"{module.replace('_operator', 'operator')}.{name}" if module else name
+
+
+def _schema(node: torch.fx.Node):
+    t = node.target
+    return t._schema if isinstance(t, torch._ops.OpOverload) else None
+
+
+def is_view_op(node: torch.fx.Node) -> bool:
+    """True when every output of the op aliases an input without writing it (a view)."""
+    schema = _schema(node)
+    if schema is None or not schema.returns:
+        return False
+    return all(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
+
+
+def is_meta_only(node: torch.fx.Node) -> bool:
+    """Views, ``getitem`` and symbolic-size ops carry no device work."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem or is_view_op(node):
+        return True
+    if getattr(node.target, "__module__", "") in {"_operator", "operator", "math"}:
+        return True
+    val = node.meta.get("val")
+    return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
+
+
+def _is_rng(node: torch.fx.Node) -> bool:
+    t = node.target
+    if isinstance(t, torch._ops.OpOverload):
+        return torch.Tag.nondeterministic_seeded in t.tags
+    return False
+
+
+def op_effects(node: torch.fx.Node) -> OpEffects:
+    """Inputs an op writes, and whether it must keep program order (side effect / RNG)."""
+    writes: list[torch.fx.Node] = []
+    schema = _schema(node)
+    if schema is not None:
+        for i, arg in enumerate(schema.arguments):
+            if arg.alias_info is None or not arg.alias_info.is_write:
+                continue
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            for v in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(v, torch.fx.Node):
+                    writes.append(v)
+    is_hop = isinstance(node.target, torch._ops.HigherOrderOperator)
+    if is_hop:
+        # auto_functionalized and friends: conservatively treat every tensor input as written.
+        writes.extend(n for n in node.all_input_nodes if n not in writes)
+    side_effect = node.target in torch.fx.node._side_effectful_functions
+    try:
+        impure = node.is_impure()
+    except Exception:
+        impure = True
+    ordered = side_effect or impure or _is_rng(node) or is_hop
+    if ordered and not writes and (side_effect or is_hop):
+        writes.extend(node.all_input_nodes)
+    return OpEffects(tuple(writes), ordered)
+
+
+def _storage_root(node: torch.fx.Node, roots: dict[torch.fx.Node, torch.fx.Node]) -> torch.fx.Node:
+    return roots.get(node, node)
+
+
+def build_op_graph(gm: torch.fx.GraphModule) -> OpGraph:
+    """Build the dependence DAG of ``gm``'s schedulable ops.
+
+    >>> class M(torch.nn.Module):
+    ...     def forward(self, x):
+    ...         return torch.relu(x) + torch.sigmoid(x)
+    >>> gm = torch.fx.symbolic_trace(M())
+    >>> sorted(build_op_graph(gm).edges)
+    [('relu', 'add'), ('sigmoid', 'add')]
+    """
+    g: OpGraph = nx.DiGraph()
+    roots: dict[torch.fx.Node, torch.fx.Node] = {}
+    last_write: dict[torch.fx.Node, str] = {}
+    reads_since: dict[torch.fx.Node, list[str]] = {}
+    last_ordered: str | None = None
+
+    def add_edge(u: str, v: str, kind: str) -> None:
+        if u != v and not g.has_edge(u, v):
+            g.add_edge(u, v, kind=kind)
+
+    for order, node in enumerate(gm.graph.nodes):
+        if node.op in _UNSCHEDULED:
+            continue
+        name = node.name
+        g.add_node(name, fx=node, target=target_name(node), order=order, meta_only=is_meta_only(node))
+        inputs = node.all_input_nodes
+        for src in inputs:
+            if src.op not in _UNSCHEDULED:
+                add_edge(src.name, name, "data")
+        # Views (and getitem of views) share their base's storage.
+        if is_view_op(node) and inputs:
+            roots[node] = _storage_root(inputs[0], roots)
+        elif node.target is operator.getitem and inputs and inputs[0] in roots:
+            roots[node] = roots[inputs[0]]
+
+        effects = op_effects(node)
+        written = {_storage_root(w, roots) for w in effects.writes}
+        for src in inputs:
+            root = _storage_root(src, roots)
+            if root in written:
+                continue
+            if root in last_write:
+                add_edge(last_write[root], name, "memory")
+            reads_since.setdefault(root, []).append(name)
+        for root in sorted(written, key=lambda n: n.name):
+            for reader in reads_since.pop(root, []):
+                add_edge(reader, name, "memory")
+            if root in last_write:
+                add_edge(last_write[root], name, "memory")
+            last_write[root] = name
+            # An in-place op's result aliases what it wrote.
+            roots.setdefault(node, root)
+        if effects.ordered:
+            if last_ordered is not None:
+                add_edge(last_ordered, name, "effect")
+            last_ordered = name
+    return g

@@ -1,0 +1,133 @@
+"""The user-facing FX pass: ``config.post_grad_custom_pre_pass = autostream.AutoStreamPass()``."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from autostream.dialects.torchair import is_stream_op
+from autostream.planning import Plan, PlanOptions, plan_graph
+from autostream.rewrite import restore, rewrite_graph, snapshot
+from autostream.verify import verify_rewrite
+
+log = logging.getLogger("autostream")
+
+_VERSION = "autostream-pass-1"
+
+
+@dataclass(frozen=True)
+class PassReport:
+    """What one call of the pass did to one graph."""
+
+    graph_nodes: int
+    applied: bool
+    reason: str
+    plan: Plan | None = None
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"applied": self.applied, "reason": self.reason, "graph_nodes": self.graph_nodes}
+        if self.plan is not None:
+            out.update(self.plan.summary())
+        return out
+
+
+def hand_tagged(graph: torch.fx.Graph) -> str | None:
+    """Why the graph already carries stream decisions, or ``None``."""
+    for node in graph.nodes:
+        if is_stream_op(node):
+            return f"it already contains stream op {node.name} ({node.target})"
+        custom = node.meta.get("custom")
+        if isinstance(custom, dict) and "stream" in custom:
+            return f"node {node.name} is already assigned a stream in meta['custom']"
+        if getattr(getattr(node.target, "namespace", None), "__eq__", None) and \
+                getattr(node.target, "namespace", None) == "streams":
+            return f"it already contains native stream op {node.name}"
+    return None
+
+
+@dataclass(frozen=True)
+class AutoStreamPass:
+    """Plan streams for a post-AOT ATen graph and rewrite it in TorchAir's stream dialect.
+
+    Call signature is TorchAir's ``(gm, example_inputs, config)``; the graph is edited
+    in place.  A graph the pass cannot handle is left unchanged, with the reason
+    logged and kept in ``reports``.
+
+    >>> p = AutoStreamPass(max_streams=2)
+    >>> p == AutoStreamPass(max_streams=2) and hash(p) == hash(AutoStreamPass(max_streams=2))
+    True
+    >>> AutoStreamPass(solver="magic")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown solver 'magic'; allowed: cpsat, critical_path, heft, nimble, opara, round_robin, single, tf_greedy
+    """
+
+    max_streams: int = 2
+    solver: str = "heft"
+    cost_table: str | None = None
+    time_limit: float = 10.0
+    reports: list[PassReport] = field(default_factory=list, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.options()  # validate eagerly: bad options fail where they are written
+
+    def options(self) -> PlanOptions:
+        return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit)
+
+    def digest(self) -> str:
+        """A stable digest of the options (TorchAir hashes passes into its cache key)."""
+        text = f"{_VERSION}|{self.max_streams}|{self.solver}|{self.cost_table}|{self.time_limit}"
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def uuid(self) -> str:
+        """Inductor's ``CustomGraphPass`` identity."""
+        return self.digest()
+
+    @property
+    def last_report(self) -> PassReport | None:
+        return self.reports[-1] if self.reports else None
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any = None, config: Any = None) -> None:
+        report = self.apply(gm)
+        self.reports.append(report)
+        level = logging.INFO if report.applied else logging.WARNING if "already" in report.reason else logging.INFO
+        log.log(level, "autostream pass on %d-node graph: %s", report.graph_nodes, report.reason)
+
+    def apply(self, gm: torch.fx.GraphModule) -> PassReport:
+        """Plan and rewrite ``gm``; never raises for a graph it cannot handle."""
+        nodes = len(gm.graph.nodes)
+        tagged = hand_tagged(gm.graph)
+        if tagged:
+            return PassReport(nodes, False, f"left unchanged: {tagged} (hand-tagged graphs are respected)")
+        snap = snapshot(gm.graph)
+        try:
+            plan = plan_graph(gm, self.options())
+        except Exception as exc:  # the pass must never break compilation
+            log.debug("planning failed", exc_info=True)
+            return PassReport(nodes, False, f"left unchanged: planning failed: {type(exc).__name__}: {exc}")
+        if plan.op_graph.number_of_nodes() == 0:
+            return PassReport(nodes, False, "left unchanged: the graph has no ops to schedule", plan)
+        if plan.is_single_stream:
+            why = plan.notes[0] if plan.notes else "no parallelism worth a second stream"
+            return PassReport(nodes, False, f"left unchanged: {why}", plan)
+        try:
+            rewrite_graph(gm, plan.schedule, plan.syncs)
+            verify_rewrite(gm, plan.op_graph).raise_if_failed()
+        except Exception as exc:
+            restore(gm.graph, snap)
+            gm.recompile()
+            log.debug("rewrite failed", exc_info=True)
+            return PassReport(nodes, False, f"left unchanged: rewrite rejected: {type(exc).__name__}: {exc}", plan)
+        return PassReport(
+            nodes,
+            True,
+            f"{plan.schedule.streams_used} streams, {len(plan.syncs)} syncs, predicted "
+            f"{plan.schedule.makespan:.1f} us vs {plan.single_stream_us:.1f} us on one stream "
+            f"({plan.predicted_speedup:.2f}x)",
+            plan,
+        )

@@ -1,0 +1,182 @@
+"""From an FX graph to a plan: OpGraph -> costs -> SchedulingProblem -> Schedule -> Syncs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+import torch.fx
+
+from autostream.graph import OpGraph, build_op_graph
+from autostream.problem import SchedulingProblem
+from autostream.schedule import Schedule, Sync
+from autostream.solvers import check_solver_name, get_solver
+from autostream.sync import compute_syncs
+
+if TYPE_CHECKING:
+    from autostream.cost import CostModel, OpCost
+
+#: A plan must be predicted at least this much faster than one stream to be used.
+MIN_RELATIVE_GAIN = 0.01
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What the user chooses; equal options give equal plans.
+
+    >>> PlanOptions(max_streams=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_streams must be an integer >= 1, got 0
+    """
+
+    max_streams: int = 2
+    solver: str = "heft"
+    cost_table: str | None = None
+    time_limit: float = 10.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_streams, bool) or not isinstance(self.max_streams, int) or self.max_streams < 1:
+            raise ValueError(f"max_streams must be an integer >= 1, got {self.max_streams!r}")
+        check_solver_name(self.solver)
+        if not self.time_limit > 0:
+            raise ValueError(f"time_limit must be > 0 seconds, got {self.time_limit!r}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the planner decided for one graph, and why."""
+
+    op_graph: OpGraph
+    problem: SchedulingProblem
+    schedule: Schedule
+    syncs: tuple[Sync, ...]
+    estimates: Mapping[str, OpCost]
+    single_stream_us: float
+    plan_seconds: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.single_stream_us / self.schedule.makespan if self.schedule.makespan > 0 else 1.0
+
+    @property
+    def is_single_stream(self) -> bool:
+        return self.schedule.streams_used <= 1
+
+    def summary(self) -> dict[str, Any]:
+        """The figures a report or ``--json`` needs."""
+        return {
+            "solver": self.schedule.solver,
+            "nodes": self.op_graph.number_of_nodes(),
+            "streams_used": self.schedule.streams_used,
+            "makespan_us": self.schedule.makespan,
+            "lower_bound_us": self.schedule.lower_bound,
+            "single_stream_us": self.single_stream_us,
+            "predicted_speedup": self.predicted_speedup,
+            "num_syncs": len(self.syncs),
+            "optimal": self.schedule.optimal,
+            "plan_seconds": self.plan_seconds,
+            "cost_sources": source_fractions(self.estimates),
+        }
+
+
+def source_fractions(estimates: Mapping[str, OpCost]) -> dict[str, float]:
+    """Fraction of the predicted single-stream time that rests on each cost source."""
+    total = sum(e.duration_us for e in estimates.values())
+    fractions: dict[str, float] = {}
+    for e in estimates.values():
+        fractions[e.source] = fractions.get(e.source, 0.0) + e.duration_us
+    return {k: (v / total if total > 0 else 0.0) for k, v in sorted(fractions.items())}
+
+
+def load_cost_model(cost_table: str | CostModel | None) -> CostModel:
+    """The default cost model, a shipped table by name, or a table file by path."""
+    from autostream.cost import CostModel
+
+    if isinstance(cost_table, CostModel):
+        return cost_table
+    return CostModel.default() if cost_table is None else CostModel.load(cost_table)
+
+
+def build_problem(
+    op_graph: OpGraph, estimates: Mapping[str, OpCost], streams: int, sync_latency_us: float
+) -> SchedulingProblem:
+    """The solver's view of an ``OpGraph``: durations, shares and program order."""
+    g = nx.DiGraph()
+    for n, data in op_graph.nodes(data=True):
+        e = estimates[n]
+        g.add_node(n, duration=e.duration_us, share=e.share, order=data["order"], kind=data["target"])
+    g.add_edges_from(op_graph.edges)
+    return SchedulingProblem(g, streams=streams, sync_latency_us=sync_latency_us)
+
+
+def plan_graph(
+    gm: torch.fx.GraphModule, options: PlanOptions, cost_model: CostModel | None = None
+) -> Plan:
+    """Plan ``gm`` without changing it.
+
+    Falls back to the single-stream plan when the solver's plan is not predicted at
+    least ``MIN_RELATIVE_GAIN`` faster.
+    """
+    t0 = time.perf_counter()
+    cost_model = cost_model or load_cost_model(options.cost_table)
+    op_graph = build_op_graph(gm)
+    estimates = {n: cost_model.estimate(data["fx"]) for n, data in op_graph.nodes(data=True)}
+    problem = build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us)
+    single = get_solver("single")(problem)
+    notes: list[str] = []
+    schedule = single
+    if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
+        solver_options: dict[str, Any] = {}
+        if options.solver == "cpsat":
+            solver_options["time_limit"] = options.time_limit
+        candidate = get_solver(options.solver)(problem, **solver_options)
+        if candidate.makespan < single.makespan * (1 - MIN_RELATIVE_GAIN):
+            schedule = candidate
+        else:
+            notes.append(
+                f"{options.solver} plan ({candidate.makespan:.1f} us on {candidate.streams_used} "
+                f"streams) is not faster than one stream ({single.makespan:.1f} us); keeping one stream"
+            )
+    syncs = tuple(compute_syncs(op_graph, schedule)) if schedule.streams_used > 1 else ()
+    return Plan(
+        op_graph=op_graph,
+        problem=problem,
+        schedule=schedule,
+        syncs=syncs,
+        estimates=estimates,
+        single_stream_us=single.makespan,
+        plan_seconds=time.perf_counter() - t0,
+        notes=tuple(notes),
+    )
+
+
+def plan_model(
+    model: torch.nn.Module,
+    example_inputs: Any,
+    max_streams: int = 2,
+    solver: str = "heft",
+    cost_table: str | CostModel | None = None,
+    time_limit: float = 10.0,
+) -> Plan:
+    """Capture ``model``'s post-AOT graph and plan it (the largest graph if Dynamo splits it).
+
+    >>> from autostream.zoo import article_model
+    >>> plan = plan_model(*article_model(), max_streams=2)
+    >>> plan.op_graph.number_of_nodes()
+    4
+    """
+    from autostream.capture import capture_graphs
+
+    options = PlanOptions(max_streams, solver, None if not isinstance(cost_table, str) else cost_table,
+                          time_limit)
+    cost_model = load_cost_model(cost_table)
+    graphs = capture_graphs(model, tuple(example_inputs))
+    if not graphs:
+        raise ValueError("torch.compile captured no graph for this model; nothing to plan")
+    gm = max(graphs, key=lambda g: len(g.graph.nodes))
+    return plan_graph(gm, options, cost_model)
