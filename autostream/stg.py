@@ -1,0 +1,104 @@
+"""Read the Standard Task Graph Set (Kasahara lab) into a ``SchedulingProblem``.
+
+An ``.stg`` file starts with the task count ``N`` (dummy tasks excluded), then one
+line per task, ``id time n_preds pred...``, for the ``N + 2`` tasks ``0..N+1``
+(``0`` is the dummy entry, ``N+1`` the dummy exit, both of time 0), then ``#``
+comment lines.  Times become microseconds; shares and sync latency are 0 (the
+benchmark has no communication cost and no contention).  Node names are the task
+ids as strings, ``order`` is the id.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import networkx as nx
+
+from autostream.problem import SchedulingProblem
+
+
+def _int(text: str, where: str, field: str, minimum: int = 0) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{where}: field {field!r}: expected an integer, got {text!r}") from None
+    if value < minimum:
+        raise ValueError(f"{where}: field {field!r}: expected an integer >= {minimum}, got {value}")
+    return value
+
+
+def parse_stg(text: str, streams: int = 1, name: str = "<stg>") -> SchedulingProblem:
+    """Parse STG text; errors name ``name``, the line number and the field.
+
+    >>> p = parse_stg("1\\n0 0 0\\n1 5 1 0\\n2 0 1 1\\n", streams=2)
+    >>> sorted(p.graph.edges), p.critical_path()
+    ([('0', '1'), ('1', '2')], 5.0)
+    >>> parse_stg("1\\n0 0 0\\n1 x 1 0\\n2 0 1 1\\n")
+    Traceback (most recent call last):
+    ...
+    ValueError: <stg>:3: field 'time': expected an integer, got 'x'
+    """
+    lines = [(i + 1, ln.split()) for i, ln in enumerate(text.splitlines())]
+    lines = [(no, f) for no, f in lines if f and not f[0].startswith("#")]
+    if not lines:
+        raise ValueError(f"{name}: empty file: expected the task count on the first line")
+    no, fields = lines[0]
+    count = _int(fields[0], f"{name}:{no}", "task count", minimum=0)
+    tasks = lines[1:]
+    if len(tasks) != count + 2:
+        raise ValueError(
+            f"{name}: the header (line {no}) announces {count} tasks plus 2 dummies, "
+            f"but {len(tasks)} task lines follow"
+        )
+    g = nx.DiGraph()
+    for expected, (no, fields) in enumerate(tasks):
+        where = f"{name}:{no}"
+        if len(fields) < 3:
+            raise ValueError(f"{where}: expected 'id time n_preds preds...', got {len(fields)} fields")
+        tid = _int(fields[0], where, "id")
+        if tid != expected:
+            raise ValueError(f"{where}: field 'id': expected task {expected}, got {tid}")
+        time = _int(fields[1], where, "time")
+        n_preds = _int(fields[2], where, "n_preds")
+        preds = fields[3:]
+        if len(preds) != n_preds:
+            raise ValueError(
+                f"{where}: field 'n_preds': says {n_preds} predecessors, {len(preds)} listed"
+            )
+        g.add_node(str(tid), duration=float(time), share=0.0, order=tid)
+        for k, text in enumerate(preds):
+            p = _int(text, where, f"pred[{k}]")
+            if p >= tid:
+                raise ValueError(
+                    f"{where}: field 'pred[{k}]': predecessor {p} is not an earlier task"
+                )
+            g.add_edge(str(p), str(tid))
+    return SchedulingProblem(g, streams=streams)
+
+
+def read_stg(path: str | Path, streams: int = 1) -> SchedulingProblem:
+    """Read an ``.stg`` file as a problem on ``streams`` streams (times in microseconds)."""
+    path = Path(path)
+    return parse_stg(path.read_text(), streams=streams, name=str(path))
+
+
+def read_optimal_csv(path: str | Path) -> dict[tuple[str, int], float]:
+    """``(graph, streams) -> optimal makespan`` from an ``optimal.csv``.
+
+    ``graph`` is the file's path relative to the benchmark directory, e.g.
+    ``"50/rand0000.stg"``.
+    """
+    path = Path(path)
+    table: dict[tuple[str, int], float] = {}
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = {"graph", "streams", "optimal_makespan"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {sorted(missing)}")
+        for row_no, row in enumerate(reader, start=2):
+            where = f"{path}:{row_no}"
+            table[(row["graph"], _int(row["streams"], where, "streams", 1))] = float(
+                _int(row["optimal_makespan"], where, "optimal_makespan")
+            )
+    return table
