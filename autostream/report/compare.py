@@ -1,0 +1,165 @@
+"""Plan one problem with several solvers and write every report for each plan.
+
+This is what ``autostream compare``, ``autostream demo`` and the experiments share:
+:func:`plan_solvers` returns one :class:`SolverResult` per solver (a solver that is
+missing or fails gets a row with its error instead of stopping the others), and
+:func:`write_reports` writes ``table.md`` plus, per solver, ``<solver>_gantt.png``,
+``<solver>_trace.json`` and ``<solver>_graph.dot`` (and ``.svg`` with Graphviz).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from autostream.problem import SchedulingProblem
+from autostream.report.dot import write_graph
+from autostream.report.gantt import gantt_png
+from autostream.report.table import SolverResult, markdown_table
+from autostream.report.trace import write_trace
+from autostream.schedule import Schedule, Sync
+from autostream.simulate import Timeline, cross_stream_syncs, simulate_plan
+from autostream.solvers import check_solver_name, get_solver
+
+
+def parse_solvers(text: str) -> list[str]:
+    """``"single, heft"`` -> ``["single", "heft"]``; unknown names raise ``ValueError``.
+
+    >>> parse_solvers("single,heft")
+    ['single', 'heft']
+    """
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise ValueError("--solvers is empty; give a comma-separated list such as single,heft")
+    return [check_solver_name(n) for n in dict.fromkeys(names)]
+
+
+def syncs_for(problem: SchedulingProblem, schedule: Schedule) -> tuple[tuple[Sync, ...], str | None]:
+    """The minimal syncs of ``schedule`` (``autostream.sync.compute_syncs``).
+
+    Returns ``(syncs, note)``; the note says when the always-correct but not minimal
+    fallback (one sync per cross-stream dependence) had to be used.
+    """
+    try:
+        from autostream.sync import compute_syncs
+    except ImportError as exc:
+        return tuple(cross_stream_syncs(problem, schedule.stream_of)), (
+            f"autostream.sync unavailable ({exc}); one sync per cross-stream edge"
+        )
+    return tuple(compute_syncs(problem.graph, schedule)), None
+
+
+def _accepted_options(fn: object, options: Mapping[str, object]) -> dict[str, object]:
+    params = inspect.signature(fn).parameters  # type: ignore[arg-type]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        # ``**_`` swallows everything; only pass what the solver names (or cpsat needs).
+        named = {k for k in params if params[k].kind is not inspect.Parameter.VAR_KEYWORD}
+        return {k: v for k, v in options.items() if k in named}
+    return {k: v for k, v in options.items() if k in params}
+
+
+def plan_solvers(
+    problem: SchedulingProblem,
+    solvers: Sequence[str],
+    *,
+    time_limit: float = 10.0,
+) -> list[SolverResult]:
+    """Run each solver on ``problem``; a failure becomes a row with ``error`` set.
+
+    Every plan is replayed with :func:`autostream.simulate.simulate_plan` and its
+    syncs; the replayed makespan is kept in ``SolverResult.note`` when it differs.
+
+    >>> import networkx as nx
+    >>> g = nx.DiGraph([("a", "b"), ("a", "c")]); nx.set_node_attributes(g, 1.0, "duration")
+    >>> [r.schedule.makespan for r in plan_solvers(SchedulingProblem(g, 2), ["single", "heft"])]
+    [3.0, 2.0]
+    """
+    results = []
+    for name in solvers:
+        t0 = time.perf_counter()
+        try:
+            fn = get_solver(name)
+        except ImportError as exc:
+            results.append(SolverResult(name, None, error=f"solver not available ({exc})"))
+            continue
+        try:
+            schedule = fn(problem, **_accepted_options(fn, {"time_limit": time_limit}))
+        except Exception as exc:  # noqa: BLE001 - one failing solver must not hide the others
+            results.append(SolverResult(name, None, plan_seconds=time.perf_counter() - t0,
+                                        error=f"{type(exc).__name__}: {exc}"))
+            continue
+        seconds = time.perf_counter() - t0
+        syncs, note = syncs_for(problem, schedule)
+        replay = simulate_plan(problem, schedule, syncs).makespan
+        if abs(replay - schedule.makespan) > 1e-6 * max(1.0, schedule.makespan):
+            extra = f"replayed makespan {replay:.1f} us (planner {schedule.makespan:.1f} us)"
+            note = f"{note}; {extra}" if note else extra
+        results.append(SolverResult(name, schedule, syncs, seconds, None, note))
+    return results
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Paths written by :func:`write_reports`."""
+
+    table: Path
+    gantt: dict[str, Path] = field(default_factory=dict)
+    trace: dict[str, Path] = field(default_factory=dict)
+    graph: dict[str, list[Path]] = field(default_factory=dict)
+
+    def all(self) -> list[Path]:
+        out = [self.table, *self.gantt.values(), *self.trace.values()]
+        for paths in self.graph.values():
+            out.extend(paths)
+        return out
+
+
+def write_reports(
+    out_dir: str | Path,
+    problem: SchedulingProblem,
+    results: Iterable[SolverResult],
+    *,
+    measured: Mapping[str, Timeline] | None = None,
+    kinds: Mapping[str, str] | None = None,
+    title: str | None = None,
+) -> ReportFiles:
+    """Write ``table.md`` and every solver's Gantt PNG, trace JSON and graph dump.
+
+    ``measured`` maps a solver name to a measured timeline, added to its trace.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = list(results)
+    table_text = markdown_table(results)
+    notes = [f"- {r.solver}: {r.note}" for r in results if r.note]
+    head = f"# {title}\n\n" if title else ""
+    body = (f"{head}{problem.graph.number_of_nodes()} ops, up to {problem.streams} streams, "
+            f"sync latency {problem.sync_latency_us:g} us, single-stream time "
+            f"{problem.single_stream_time():,.1f} us.\n\n{table_text}\n")
+    if notes:
+        body += "\nNotes:\n" + "\n".join(notes) + "\n"
+    files = ReportFiles(out / "table.md")
+    files.table.write_text(body)
+    for r in results:
+        if not r.ok or r.schedule is None:
+            continue
+        s, syncs = r.schedule, list(r.syncs)
+        label = f"{title}: " if title else ""
+        files.gantt[r.solver] = gantt_png(
+            out / f"{r.solver}_gantt.png", problem, s, syncs, kinds=kinds,
+            title=f"{label}{r.solver}, {s.makespan:,.1f} us on {s.streams_used} stream(s), "
+                  f"{len(syncs)} sync(s)")
+        files.trace[r.solver] = write_trace(
+            out / f"{r.solver}_trace.json", problem, s, syncs,
+            measured=(measured or {}).get(r.solver), kinds=kinds)
+        files.graph[r.solver] = write_graph(out / f"{r.solver}_graph.dot", problem, s, syncs,
+                                            kinds=kinds)
+    return files
+
+
+def with_note(result: SolverResult, note: str) -> SolverResult:
+    """``result`` with ``note`` appended to its notes."""
+    return replace(result, note=f"{result.note}; {note}" if result.note else note)

@@ -1,0 +1,67 @@
+"""Markdown comparison table of several solvers' plans for one problem."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from autostream.schedule import Schedule, Sync
+
+
+@dataclass(frozen=True)
+class SolverResult:
+    """One solver's plan for a problem, or the reason it has none (``error``)."""
+
+    solver: str
+    schedule: Schedule | None
+    syncs: tuple[Sync, ...] = ()
+    plan_seconds: float = 0.0
+    error: str | None = None
+    note: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.schedule is not None and self.error is None
+
+
+def _fmt_us(x: float) -> str:
+    return f"{x:,.1f}"
+
+
+def markdown_table(
+    results: Sequence[SolverResult],
+    baseline: float | None = None,
+) -> str:
+    """Solver, streams used, syncs, predicted makespan, lower bound, gap, speed-up, plan time.
+
+    ``baseline`` is the single-stream time the speed-up is relative to (default:
+    the ``single`` solver's makespan when present).  A proven-optimal makespan is
+    marked ``*``.
+
+    >>> from autostream.schedule import Schedule
+    >>> s = Schedule("single", {"a": 0}, ("a",), {"a": 0.0}, {"a": 4.0}, 4.0, 2.0)
+    >>> print(markdown_table([SolverResult("single", s, (), 0.01)]))
+    | solver | streams used | syncs | predicted makespan (us) | lower bound (us) | gap | speed-up | plan time (s) |
+    |---|---:|---:|---:|---:|---:|---:|---:|
+    | single | 1 | 0 | 4.0 | 2.0 | 100.0% | 1.00x | 0.010 |
+    """
+    if baseline is None:
+        baseline = next((r.schedule.makespan for r in results
+                         if r.ok and r.solver == "single" and r.schedule is not None), None)
+    head = ("| solver | streams used | syncs | predicted makespan (us) | lower bound (us) | gap "
+            "| speed-up | plan time (s) |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        s = r.schedule
+        if s is None or r.error:
+            reason = (r.error or "no plan").replace("|", "/").splitlines()[0][:80]
+            lines.append(f"| {r.solver} | - | - | failed: {reason} | - | - | - "
+                         f"| {r.plan_seconds:.3f} |")
+            continue
+        star = "*" if s.optimal else ""
+        speed = f"{baseline / s.makespan:.2f}x" if baseline and s.makespan > 0 else "-"
+        lines.append(
+            f"| {r.solver} | {s.streams_used} | {len(r.syncs)} | {_fmt_us(s.makespan)}{star} "
+            f"| {_fmt_us(s.lower_bound)} | {100 * s.gap:.1f}% | {speed} | {r.plan_seconds:.3f} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,340 @@
+"""Replay a plan (schedule + syncs) on a modelled device and return its ``Timeline``.
+
+``simulate_plan`` is the independent check of a planner's prediction.  It uses the
+same device model as :func:`autostream.timeline.simulate` (per-stream in-order
+execution, processor-sharing contention: while the running ops' shares sum to
+``S > capacity`` each op with a non-zero share progresses at ``capacity / S``),
+and adds what the plan itself fixes:
+
+- **syncs**: when ``syncs`` is given, cross-stream ordering comes *only* from them:
+  the consumer's stream waits until ``producer end + sync_latency_us``.  Every data
+  dependence must be ordered by the stream order plus the syncs, else ``ValueError``
+  names the unordered pair.  With ``syncs=None`` every cross-stream dependence acts as
+  its own sync (what the solvers assume).  A minimal sync set gives the same times:
+  a dependence it drops is implied by a chain that already pays one latency.
+- **launch overhead**: the host issues the ops in ``schedule.order``, one every
+  ``launch_overhead_us``; an op never starts before it was issued.
+- **join**: ``output`` is when the main stream may return: its own last op, and every
+  side stream's last op plus one sync latency (the join before ``output``).
+  ``makespan`` is the last op's end, the quantity ``Schedule.makespan`` predicts.
+
+Modelling difference with ``cpsat``: CP-SAT treats the capacity as a blocking
+resource (an op waits until its share is free); this simulator slows concurrent
+ops down instead.  Both agree when the plan never exceeds the capacity, which
+CP-SAT's constraints guarantee, but CP-SAT may also leave deliberate idle gaps
+(an op starts later than it could) that a greedy in-order replay closes; closing a
+gap can shift contention elsewhere (Graham's list-scheduling anomalies), so for such
+plans the replay's makespan may differ from CP-SAT's in either direction.  Reports
+show both: ``Timeline.from_schedule`` is the planner's own prediction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from autostream.problem import SchedulingProblem
+from autostream.schedule import JOIN, Schedule, Sync
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class OpSpan:
+    """One op's interval on one stream, in microseconds."""
+
+    op: str
+    stream: int
+    start: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class SyncEvent:
+    """A record/wait pair on the timeline: the event is recorded when ``producer``
+    ends (``record``); the consumer's stream may proceed from ``ready`` on.
+
+    ``consumer == JOIN`` is the join of a side stream before the graph's output.
+    """
+
+    producer: str
+    consumer: str
+    producer_stream: int
+    consumer_stream: int
+    record: float
+    ready: float
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Per-op start/end/stream, the makespan and the sync events of one run of a plan.
+
+    >>> t = Timeline.from_spans({"a": (0, 0.0, 2.0), "b": (1, 0.0, 3.0)})
+    >>> t.makespan, t.streams
+    (3.0, (0, 1))
+    """
+
+    spans: Mapping[str, OpSpan]
+    makespan: float
+    syncs: tuple[SyncEvent, ...] = ()
+    output: float = 0.0
+    label: str = "predicted"
+    stats: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def streams(self) -> tuple[int, ...]:
+        return tuple(sorted({s.stream for s in self.spans.values()}))
+
+    @property
+    def start(self) -> dict[str, float]:
+        return {n: s.start for n, s in self.spans.items()}
+
+    @property
+    def end(self) -> dict[str, float]:
+        return {n: s.end for n, s in self.spans.items()}
+
+    @classmethod
+    def from_spans(
+        cls,
+        spans: Mapping[str, tuple[int, float, float]],
+        label: str = "measured",
+        syncs: tuple[SyncEvent, ...] = (),
+    ) -> Timeline:
+        """Build a timeline from ``op -> (stream, start_us, end_us)`` (e.g. a measured run)."""
+        ops = {n: OpSpan(n, int(s), float(a), float(b)) for n, (s, a, b) in spans.items()}
+        makespan = max((s.end for s in ops.values()), default=0.0)
+        return cls(ops, makespan, syncs, makespan, label)
+
+    @classmethod
+    def from_schedule(
+        cls,
+        schedule: Schedule,
+        syncs: Iterable[Sync] | None = None,
+        sync_latency_us: float = 0.0,
+        label: str | None = None,
+    ) -> Timeline:
+        """The planner's own prediction (``schedule.start``/``end``) as a timeline."""
+        spans = {
+            n: OpSpan(n, schedule.stream_of[n], schedule.start[n], schedule.end[n])
+            for n in schedule.order
+        }
+        events = _sync_events(spans, list(syncs or ()), sync_latency_us)
+        output = _output_time(spans, events, sync_latency_us)
+        return cls(spans, schedule.makespan, events, output, label or schedule.solver)
+
+
+def cross_stream_syncs(problem: SchedulingProblem, stream_of: Mapping[str, int]) -> list[Sync]:
+    """One sync per cross-stream dependence plus one join per side stream (not minimal).
+
+    A stand-in for :func:`autostream.sync.compute_syncs` that is always correct.
+
+    >>> import networkx as nx
+    >>> g = nx.DiGraph([("a", "b")]); nx.set_node_attributes(g, 1.0, "duration")
+    >>> cross_stream_syncs(SchedulingProblem(g, streams=2), {"a": 1, "b": 0})
+    [Sync(producer='a', consumer='<output>'), Sync(producer='a', consumer='b')]
+    """
+    out = [Sync(u, v) for u, v in problem.graph.edges if stream_of[u] != stream_of[v]]
+    last: dict[int, str] = {}
+    for n in problem.topo_order:
+        last[stream_of[n]] = n
+    out += [Sync(n, JOIN) for s, n in sorted(last.items()) if s != 0]
+    return sorted(out, key=lambda s: (problem.topo_index[s.producer], s.consumer))
+
+
+def _sync_events(
+    spans: Mapping[str, OpSpan], syncs: list[Sync], latency: float
+) -> tuple[SyncEvent, ...]:
+    events = []
+    for s in syncs:
+        p = spans[s.producer]
+        consumer_stream = 0 if s.consumer == JOIN else spans[s.consumer].stream
+        lat = latency if consumer_stream != p.stream else 0.0
+        events.append(SyncEvent(s.producer, s.consumer, p.stream, consumer_stream, p.end, p.end + lat))
+    return tuple(events)
+
+
+def _output_time(spans: Mapping[str, OpSpan], events: tuple[SyncEvent, ...], latency: float) -> float:
+    last: dict[int, float] = {}
+    for s in spans.values():
+        last[s.stream] = max(last.get(s.stream, 0.0), s.end)
+    out = last.get(0, 0.0)
+    joined = {e.producer_stream: e.ready for e in events if e.consumer == JOIN}
+    for stream, t in last.items():
+        if stream != 0:
+            out = max(out, joined.get(stream, t + latency))
+    return out
+
+
+def _check_ordered(problem: SchedulingProblem, schedule: Schedule, syncs: list[Sync]) -> None:
+    """Every dependence must follow from stream order plus syncs (happens-before)."""
+    hb: dict[str, list[str]] = {n: [] for n in schedule.order}
+    for seq in schedule.stream_sequences().values():
+        for a, b in zip(seq, seq[1:], strict=False):
+            hb[a].append(b)
+    for s in syncs:
+        if s.consumer != JOIN:
+            hb[s.producer].append(s.consumer)
+    position = {n: i for i, n in enumerate(schedule.order)}
+    for a, succ in hb.items():
+        for b in succ:
+            if position[b] < position[a]:
+                raise ValueError(
+                    f"sync {a!r} -> {b!r} goes against the launch order; "
+                    "the wait would never be satisfied"
+                )
+    index = {n: i for i, n in enumerate(schedule.order)}
+    reach: dict[str, int] = {}
+    for n in reversed(schedule.order):  # launch order is a topological order of hb
+        bits = 1 << index[n]
+        for m in hb[n]:
+            bits |= reach[m]
+        reach[n] = bits
+    for u, v in problem.graph.edges:
+        if not reach[u] >> index[v] & 1:
+            raise ValueError(
+                f"dependence {u!r} -> {v!r} is not ordered: {u!r} on stream "
+                f"{schedule.stream_of[u]}, {v!r} on stream {schedule.stream_of[v]} and no "
+                "sync chain links them; add Sync(producer, consumer) or use compute_syncs"
+            )
+
+
+def simulate_plan(
+    problem: SchedulingProblem,
+    schedule: Schedule,
+    syncs: Iterable[Sync] | None = None,
+    launch_overhead_us: float = 0.0,
+) -> Timeline:
+    """Replay ``schedule`` (streams, launch order) with ``syncs`` on the modelled device.
+
+    >>> import networkx as nx
+    >>> from autostream.solvers import solve
+    >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
+    >>> nx.set_node_attributes(g, 2.0, "duration")
+    >>> p = SchedulingProblem(g, streams=2, sync_latency_us=1.0)
+    >>> plan = solve(p, "heft")
+    >>> simulate_plan(p, plan).makespan == plan.makespan
+    True
+    >>> simulate_plan(p, plan, launch_overhead_us=5.0).makespan
+    17.0
+    """
+    if launch_overhead_us < 0:
+        raise ValueError(f"launch_overhead_us must be >= 0, got {launch_overhead_us}")
+    g = problem.graph
+    stream_of = schedule.stream_of
+    order = tuple(schedule.order)
+    missing = set(g) - set(order)
+    if missing or len(order) != len(g):
+        raise ValueError(
+            f"schedule does not cover the problem: ops missing from its order: "
+            f"{sorted(map(str, missing))[:5]}; plan the same problem you simulate"
+        )
+    lat = problem.sync_latency_us
+    sync_list = list(syncs) if syncs is not None else None
+    gates: dict[str, list[tuple[str, float]]]
+    if sync_list is None:
+        gates = {
+            n: [(p, lat if stream_of[p] != stream_of[n] else 0.0) for p in g.predecessors(n)]
+            for n in order
+        }
+    else:
+        for s in sync_list:
+            if s.producer not in stream_of or (s.consumer != JOIN and s.consumer not in stream_of):
+                raise ValueError(f"{s} names an op that is not in the schedule")
+        _check_ordered(problem, schedule, sync_list)
+        gates = {n: [(p, 0.0) for p in g.predecessors(n) if stream_of[p] == stream_of[n]]
+                 for n in order}
+        for s in sync_list:
+            if s.consumer != JOIN:
+                cross = stream_of[s.producer] != stream_of[s.consumer]
+                gates[s.consumer].append((s.producer, lat if cross else 0.0))
+    release = {n: (i + 1) * launch_overhead_us for i, n in enumerate(order)}
+    start, end = _run(problem, stream_of, order, gates, release)
+    spans = {n: OpSpan(n, stream_of[n], start[n], end[n]) for n in order}
+    makespan = max(end.values(), default=0.0)
+    events = _sync_events(
+        spans, sync_list if sync_list is not None else cross_stream_syncs(problem, stream_of), lat
+    )
+    return Timeline(
+        spans, makespan, events, _output_time(spans, events, lat), "simulated",
+        {"launch_overhead_us": launch_overhead_us},
+    )
+
+
+def _run(
+    problem: SchedulingProblem,
+    stream_of: Mapping[str, int],
+    order: tuple[str, ...],
+    gates: Mapping[str, list[tuple[str, float]]],
+    release: Mapping[str, float],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The event loop; mirrors ``autostream.timeline.simulate`` step for step."""
+    queues: dict[int, list[str]] = {}
+    for n in order:
+        queues.setdefault(stream_of[n], []).append(n)
+    head = {s: 0 for s in queues}
+    stream_free = {s: 0.0 for s in queues}
+    start: dict[str, float] = {}
+    end: dict[str, float] = {}
+    remaining: dict[str, float] = {}
+    running: set[str] = set()
+    now = 0.0
+
+    def ready_time(n: str) -> float | None:
+        t = max(stream_free[stream_of[n]], release[n])
+        for p, delay in gates[n]:
+            if p not in end:
+                return None
+            t = max(t, end[p] + delay)
+        return t
+
+    while len(end) < len(order):
+        next_ready = float("inf")
+        progressed = True
+        while progressed:
+            progressed = False
+            for s in sorted(queues):
+                if head[s] >= len(queues[s]):
+                    continue
+                n = queues[s][head[s]]
+                if n in running:
+                    continue
+                t = ready_time(n)
+                if t is None:
+                    continue
+                if t <= now + _EPS:
+                    start[n] = now
+                    remaining[n] = problem.duration(n)
+                    running.add(n)
+                    if remaining[n] <= _EPS:
+                        running.discard(n)
+                        end[n] = now
+                        stream_free[s] = now
+                        head[s] += 1
+                    progressed = True
+                else:
+                    next_ready = min(next_ready, t)
+        if not running:
+            if next_ready == float("inf"):
+                stuck = [n for n in order if n not in end]
+                raise ValueError(f"plan deadlocks: ops {stuck[:5]} can never start")
+            now = next_ready
+            continue
+        load = sum(problem.share(n) for n in running)
+        slow = problem.capacity / load if load > problem.capacity else 1.0
+        rates = {n: (slow if problem.share(n) > 0 else 1.0) for n in running}
+        dt = min(remaining[n] / rates[n] for n in running)
+        dt = min(dt, next_ready - now)
+        now += dt
+        for n in sorted(running):
+            remaining[n] -= dt * rates[n]
+            if remaining[n] <= _EPS * max(1.0, problem.duration(n)):
+                running.discard(n)
+                end[n] = now
+                s = stream_of[n]
+                stream_free[s] = now
+                head[s] += 1
+    return start, end
