@@ -200,7 +200,12 @@ class CostTable:
         entries.update({e.key: e for e in newer.entries})
         skipped = {(s.op, s.signature): s for s in (*self.skipped, *newer.skipped)}
         skipped = {k: s for k, s in skipped.items() if k not in entries}
-        return replace(newer, entries=tuple(entries.values()), skipped=tuple(skipped.values()))
+        device = dict(newer.device)
+        models = set(self.device.get("models", ())) | set(newer.device.get("models", ()))
+        if models:
+            device["models"] = sorted(models)
+        return replace(newer, device=device, entries=tuple(entries.values()),
+                       skipped=tuple(skipped.values()))
 
     @classmethod
     def from_profile(cls, profile: DeviceProfile = GENERIC_CPU, **device: Any) -> CostTable:

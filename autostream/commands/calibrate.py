@@ -1,0 +1,62 @@
+"""``autostream calibrate MODEL_SPEC... --device cpu|cuda|npu --out FILE``: profile ops
+into a cost table (format: ``cost_models/README.md``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "calibrate", help="time a model's ops on a device and write a cost table",
+        description="Capture each model's post-grad ATen graph, time every distinct op "
+                    "signature on real tensors (alone and with a concurrent copy, for the "
+                    "device share), measure launch/record-wait/stream-switch costs, and write "
+                    "a JSON cost table usable as cost_table=FILE.")
+    p.add_argument("model_spec", nargs="+", metavar="MODEL_SPEC",
+                   help="module.path:function or path/to/file.py:function returning "
+                        "(model, example_inputs); several may be given")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "npu"))
+    p.add_argument("--out", required=True, type=Path, help="table file to write")
+    p.add_argument("--warmup", type=int, default=5, help="untimed runs per op (default 5)")
+    p.add_argument("--repeat", type=int, default=30, help="timed runs per op (default 30)")
+    p.add_argument("--merge", action="store_true",
+                   help="merge into an existing --out table (new measurements win)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from autostream.cost.calibrate import calibrate_graphs
+    from autostream.cost.table import CostTable
+    from autostream.cost.timing import available_device
+    from autostream.modelspec import load_model_spec
+
+    if args.warmup < 0 or args.repeat < 1:
+        raise ValueError("--warmup must be >= 0 and --repeat >= 1")
+    device = available_device(args.device)
+    existing = None
+    if args.merge and args.out.exists():
+        existing = CostTable.load(args.out, expect_kind=device.type)
+
+    from autostream.capture import capture_graphs
+    from autostream.cost.calibrate import _to
+
+    graphs = []
+    for spec in args.model_spec:
+        model, inputs = load_model_spec(spec)
+        if device.type != "cpu" and hasattr(model, "to"):
+            model = model.to(device)
+        graphs += capture_graphs(model, _to(inputs, device))
+    table = calibrate_graphs(graphs, device, args.warmup, args.repeat,
+                             progress=not args.no_progress, models=args.model_spec)
+    if existing is not None:
+        table = existing.merged(table)
+    table.save(args.out)
+    print(f"wrote {args.out}: {len(table.entries)} op signatures on {table.device['name']}"
+          f" ({len(table.skipped)} skipped)")
+    for s in table.skipped:
+        print(f"  skipped {s.op}({s.signature}): {s.reason}", file=sys.stderr)
+    return 0

@@ -1,0 +1,300 @@
+"""Offline calibration: time each distinct op signature of a model on a real device.
+
+``calibrate_model`` captures the post-grad ATen graphs of a model, collects the
+distinct op signatures, runs each on random tensors of those shapes (warm-up, then
+``repeat`` timed runs), measures its device share by running a second copy
+concurrently, and measures the device profile (peak FLOP/s, bandwidth, launch,
+record/wait and stream-switch costs).  Ops it cannot run are skipped with a reason.
+
+Device share: with ``alone`` the time of ``n`` calls alone and ``together`` the
+time of ``n`` calls each of two copies running concurrently, the slowdown is
+``r = together / alone`` (1 = perfect overlap, 2 = fully serialised) and
+``share = clamp(r / 2, 0, 1)``.  Under the simulator's processor-sharing model two
+copies of an op with share ``s > 0.5`` each run at ``1 / (2 s)`` of full speed, so
+this share reproduces the measured pair slowdown exactly; ``r <= 1`` (no slowdown)
+maps to ``0.5``, the conservative end of the shares that predict no slowdown.
+
+>>> import torch
+>>> table = calibrate_model(torch.nn.ReLU(), (torch.randn(4, 4),), warmup=1, repeat=3,
+...                         measure_device=False, progress=False)
+>>> [(e.op, e.signature) for e in table.entries]
+[('aten.relu.default', 'f32[4, 4]')]
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import platform
+import socket
+import statistics
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+from autostream.cost.free import is_free_target
+from autostream.cost.profile import GENERIC_CPU, DeviceProfile
+from autostream.cost.signature import OpSignature, TensorSpec, dtype_short, node_signature
+from autostream.cost.table import CostTable, Entry, Skipped
+from autostream.cost.timing import available_device, make_timer
+
+#: target wall time of each contention measurement (us); keeps calibration quick
+CONTENTION_TARGET_US = 3000.0
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """One distinct op signature to calibrate and the callable that runs it."""
+
+    sig: OpSignature
+    target: Any
+
+
+def collect_ops(graphs: Iterable[torch.fx.GraphModule]) -> list[OpCase]:
+    """Distinct non-free ``call_function`` signatures, in first-appearance order.
+
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x: (x + 1) + 1, tracing_mode="fake")(torch.ones(3))
+    >>> [c.sig.op for c in collect_ops([gm])]
+    ['aten.add.Tensor']
+    """
+    seen: dict[tuple[str, str], OpCase] = {}
+    for gm in graphs:
+        for node in gm.graph.nodes:
+            if node.op != "call_function" or is_free_target(node.target):
+                continue
+            sig = node_signature(node)
+            seen.setdefault((sig.op, sig.key), OpCase(sig, node.target))
+    return list(seen.values())
+
+
+def _fill(numel: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    if dtype.is_floating_point or dtype.is_complex:
+        try:
+            return torch.randn(numel, generator=gen, dtype=dtype)
+        except (RuntimeError, TypeError):
+            return torch.randn(numel, generator=gen).to(dtype)
+    if dtype == torch.bool:
+        return torch.rand(numel, generator=gen) < 0.5
+    # integer tensors are mostly indices: zero is valid for every indexed size
+    return torch.zeros(numel, dtype=dtype)
+
+
+def make_tensor(spec: TensorSpec, device: torch.device, gen: torch.Generator) -> torch.Tensor:
+    """A random tensor with ``spec``'s shape, dtype and strides on ``device``."""
+    if spec.contiguous or spec.stride is None:
+        return _fill(spec.numel, spec.dtype, gen).reshape(spec.shape).to(device)
+    if any(s == 0 for s in spec.shape):
+        return torch.empty_strided(spec.shape, spec.stride, dtype=spec.dtype, device=device)
+    storage = 1 + sum((s - 1) * st for s, st in zip(spec.shape, spec.stride, strict=True))
+    return _fill(storage, spec.dtype, gen).to(device).as_strided(spec.shape, spec.stride)
+
+
+def make_inputs(sig: OpSignature, device: torch.device, gen: torch.Generator
+                ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Real ``(args, kwargs)`` for ``sig``: random tensors where the graph had tensors."""
+    def build(v: Any) -> Any:
+        if isinstance(v, TensorSpec):
+            return make_tensor(v, device, gen)
+        if isinstance(v, list):
+            return [build(x) for x in v]
+        if isinstance(v, tuple):
+            return tuple(build(x) for x in v)
+        if isinstance(v, torch.device):
+            return device
+        return v
+
+    return build(sig.args), {k: build(v) for k, v in sig.kwargs.items()}
+
+
+def _skip_reason(case: OpCase) -> str | None:
+    if case.sig.approximate:
+        return "data-dependent shape: a symbolic size has no hint"
+    if not isinstance(case.target, torch._ops.OpOverload):
+        return f"not an ATen op overload ({type(case.target).__name__}); cannot run it alone"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def measure_op(case: OpCase, device: torch.device, timer: Any, warmup: int, repeat: int,
+               seed: int = 0) -> Entry:
+    """Time one op signature; raises on any failure (the caller turns it into a skip)."""
+    gen = torch.Generator().manual_seed(seed)
+    args, kwargs = make_inputs(case.sig, device, gen)
+    args2, kwargs2 = make_inputs(case.sig, device, gen)
+    target = case.target
+
+    def run() -> object:
+        return target(*args, **kwargs)
+
+    def run2() -> object:
+        return target(*args2, **kwargs2)
+
+    times = timer.samples(run, warmup, repeat)
+    median = statistics.median(times)
+    spread = _quantile(times, 0.75) - _quantile(times, 0.25) if len(times) > 1 else 0.0
+    n = int(min(200, max(2, math.ceil(CONTENTION_TARGET_US / max(median, 1e-3)))))
+    ratios = []
+    for _ in range(3):
+        alone, together = timer.contention(run, run2, n)
+        ratios.append(together / alone if alone > 0 else 1.0)
+    slowdown = statistics.median(ratios)
+    return Entry(
+        op=case.sig.op, signature=case.sig.key, dtype=dtype_short(case.sig.dtype),
+        flops=case.sig.flops, bytes=case.sig.bytes, median_us=round(median, 4),
+        spread_us=round(spread, 4), samples=len(times),
+        share=round(min(1.0, max(0.0, slowdown / 2)), 4), slowdown=round(slowdown, 4),
+        flop_formula=case.sig.has_flop_formula,
+    )
+
+
+def calibrate_ops(cases: Sequence[OpCase], device: torch.device, timer: Any, warmup: int = 5,
+                  repeat: int = 30, progress: bool = True
+                  ) -> tuple[list[Entry], list[Skipped]]:
+    """Measure every case; failures become :class:`Skipped` with their reason."""
+    from tqdm import tqdm
+
+    entries, skipped = [], []
+    bar = tqdm(cases, desc="calibrate", unit="op", disable=not progress, file=sys.stderr,
+               dynamic_ncols=True)
+    for i, case in enumerate(bar):
+        bar.set_postfix_str(case.sig.op, refresh=False)
+        reason = _skip_reason(case)
+        if reason is None:
+            try:
+                entries.append(measure_op(case, device, timer, warmup, repeat, seed=i))
+                continue
+            except Exception as exc:  # noqa: BLE001 - any op failure is a listed skip
+                reason = f"failed on {device.type}: {_first_line(exc)}"
+        skipped.append(Skipped(case.sig.op, case.sig.key, reason))
+    return entries, skipped
+
+
+def _median_call_us(fn: Callable[[], object], timer: Any, warmup: int, repeat: int) -> float:
+    return statistics.median(timer.samples(fn, warmup, repeat))
+
+
+def measure_profile(device: torch.device, timer: Any, name: str) -> DeviceProfile:
+    """Peak FLOP/s per dtype (a square matmul), bandwidth (a large copy), launch
+    overhead (host time of a tiny op), record/wait and stream-switch costs."""
+    import time
+
+    peaks = {}
+    n = 512 if device.type == "cpu" else 4096
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        try:
+            a = torch.randn(n, n, device=device).to(dtype)
+            t = _median_call_us(lambda a=a: torch.mm(a, a), timer, 2, 5)
+            peaks[dtype_short(dtype)] = 2 * n**3 / (t * 1e-6)
+        except Exception:  # noqa: BLE001 - dtype unsupported on this device
+            continue
+    numel = (8 << 20) if device.type == "cpu" else (256 << 20)
+    x = torch.empty(numel, device=device)
+    y = torch.empty_like(x)
+    t = _median_call_us(lambda: y.copy_(x), timer, 2, 7)
+    bandwidth = 2 * x.numel() * x.element_size() / (t * 1e-6)
+    # launch overhead: the same dispatch path as the calibrated ops, on a 1-element tensor
+    tiny = torch.ones(1, device=device)
+    add = torch.ops.aten.add.Tensor
+    timer.synchronize()
+    reps = 2000
+    t0 = time.perf_counter_ns()
+    for _ in range(reps):
+        add(tiny, tiny)
+    launch = (time.perf_counter_ns() - t0) / 1e3 / reps
+    timer.synchronize()
+    return DeviceProfile(
+        name=name, kind=device.type, origin="measured", peak_flops=peaks, bandwidth=bandwidth,
+        launch_overhead_us=round(launch, 4), record_wait_us=round(timer.record_wait_us(), 4),
+        stream_switch_us=round(timer.stream_switch_us(), 4),
+    )
+
+
+def device_name(device: torch.device) -> str:
+    """A label for the machine: CPU model and core count, or the accelerator's name."""
+    if device.type == "cpu":
+        model = platform.processor() or platform.machine()
+        try:
+            with open("/proc/cpuinfo") as f:
+                for line in f:
+                    if line.startswith("model name"):
+                        model = line.split(":", 1)[1].strip()
+                        break
+        except OSError:
+            pass
+        return f"{model} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    backend = getattr(torch, device.type, None)
+    get = getattr(backend, "get_device_name", None)
+    return get(device) if get else device.type
+
+
+def _to(v: Any, device: torch.device) -> Any:
+    if isinstance(v, torch.Tensor):
+        return v.to(device)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_to(x, device) for x in v)
+    return v
+
+
+def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch.device = "cpu",
+                     warmup: int = 5, repeat: int = 30, measure_device: bool = True,
+                     progress: bool = True, models: Sequence[str] = ()) -> CostTable:
+    """A :class:`CostTable` for the op signatures of ``graphs`` measured on ``device``."""
+    dev = device if isinstance(device, torch.device) else available_device(device)
+    timer = make_timer(dev)
+    name = device_name(dev)
+    cases = collect_ops(graphs)
+    entries, skipped = calibrate_ops(cases, dev, timer, warmup, repeat, progress)
+    if measure_device:
+        profile = measure_profile(dev, timer, name)
+    else:
+        profile = DeviceProfile(name=name, kind=dev.type, origin="measured",
+                                peak_flops=dict(GENERIC_CPU.peak_flops),
+                                bandwidth=GENERIC_CPU.bandwidth,
+                                launch_overhead_us=GENERIC_CPU.launch_overhead_us,
+                                record_wait_us=GENERIC_CPU.record_wait_us,
+                                stream_switch_us=GENERIC_CPU.stream_switch_us)
+    descriptor = {
+        "name": name, "kind": dev.type, "origin": "measured",
+        "host": socket.gethostname(), "platform": platform.platform(),
+        "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "settings": {"warmup": warmup, "repeat": repeat,
+                     "contention_target_us": CONTENTION_TARGET_US,
+                     "device_profile": "measured" if measure_device else "generic defaults"},
+        "models": sorted(set(models)),
+    }
+    return CostTable(device=descriptor, profile=profile, entries=tuple(entries),
+                     skipped=tuple(skipped))
+
+
+def calibrate_model(model: torch.nn.Module, example_inputs: Sequence[Any],
+                    device: str | torch.device = "cpu", warmup: int = 5, repeat: int = 30,
+                    measure_device: bool = True, progress: bool = True,
+                    models: Sequence[str] = ()) -> CostTable:
+    """Capture ``model``'s post-grad graphs on ``device`` and calibrate their ops."""
+    from autostream.capture import capture_graphs
+
+    dev = device if isinstance(device, torch.device) else available_device(device)
+    if dev.type != "cpu" and isinstance(model, torch.nn.Module):
+        model = model.to(dev)
+    graphs = capture_graphs(model, _to(tuple(example_inputs), dev))
+    return calibrate_graphs(graphs, dev, warmup, repeat, measure_device, progress, models)

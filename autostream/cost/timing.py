@@ -1,0 +1,226 @@
+"""Timers for calibration: a monotonic clock on CPU, device events on accelerators.
+
+Both expose the same three measurements:
+
+- ``samples(fn, warmup, repeat)``: per-call times (us) of ``fn`` run alone;
+- ``contention(fn, fn2, n)``: ``(alone_us, together_us)`` for ``n`` calls of ``fn``
+  alone versus ``n`` calls each of ``fn`` and ``fn2`` running concurrently (a second
+  thread on CPU, a second stream on accelerators);
+- ``record_wait_us()``, ``stream_switch_us()``: the device-level sync costs.
+
+>>> t = CpuTimer()
+>>> len(t.samples(lambda: None, warmup=1, repeat=5))
+5
+"""
+
+from __future__ import annotations
+
+import queue
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+
+
+class CpuTimer:
+    """Wall-clock timing with ``time.perf_counter_ns``; concurrency with a second thread."""
+
+    kind = "cpu"
+
+    def samples(self, fn: Callable[[], object], warmup: int, repeat: int) -> list[float]:
+        for _ in range(warmup):
+            fn()
+        out = []
+        clock = time.perf_counter_ns
+        for _ in range(repeat):
+            t0 = clock()
+            fn()
+            out.append((clock() - t0) / 1e3)
+        return out
+
+    def contention(self, fn: Callable[[], object], fn2: Callable[[], object], n: int
+                   ) -> tuple[float, float]:
+        clock = time.perf_counter_ns
+        t0 = clock()
+        for _ in range(n):
+            fn()
+        alone = (clock() - t0) / 1e3
+        barrier = threading.Barrier(2)
+
+        def other() -> None:
+            barrier.wait()
+            for _ in range(n):
+                fn2()
+
+        th = threading.Thread(target=other, daemon=True)
+        th.start()
+        barrier.wait()
+        t0 = clock()
+        for _ in range(n):
+            fn()
+        th.join()
+        return alone, (clock() - t0) / 1e3
+
+    def record_wait_us(self, n: int = 200) -> float:
+        """Half a ping-pong between two threads through ``threading.Event``: what one
+        cross-thread record/wait pair costs the CPU runtime."""
+        ping, pong = threading.Event(), threading.Event()
+
+        def responder() -> None:
+            for _ in range(n):
+                ping.wait()
+                ping.clear()
+                pong.set()
+
+        th = threading.Thread(target=responder, daemon=True)
+        th.start()
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            ping.set()
+            pong.wait()
+            pong.clear()
+            times.append((time.perf_counter_ns() - t0) / 2e3)
+        th.join()
+        return statistics.median(times)
+
+    def stream_switch_us(self, n: int = 2000) -> float:
+        """Handing one task to another worker's queue and taking it back off."""
+        q: queue.SimpleQueue = queue.SimpleQueue()
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            q.put(None)
+            q.get()
+        return (time.perf_counter_ns() - t0) / 1e3 / n
+
+    def synchronize(self) -> None:
+        pass
+
+
+class AcceleratorTimer:
+    """Device-event timing through ``torch.Stream``/``torch.Event`` (CUDA, NPU, ...)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.kind = device.type
+        self.main = torch.Stream(device=device)
+        self.side = torch.Stream(device=device)
+
+    def _event(self) -> torch.Event:
+        return torch.Event(device=self.device, enable_timing=True)
+
+    def synchronize(self) -> None:
+        torch.accelerator.synchronize(self.device)
+
+    def samples(self, fn: Callable[[], object], warmup: int, repeat: int) -> list[float]:
+        prev = torch.accelerator.current_stream(self.device)
+        torch.accelerator.set_stream(self.main)
+        try:
+            for _ in range(warmup):
+                fn()
+            self.synchronize()
+            pairs = []
+            for _ in range(repeat):
+                a, b = self._event(), self._event()
+                a.record(self.main)
+                fn()
+                b.record(self.main)
+                pairs.append((a, b))
+            self.synchronize()
+            return [a.elapsed_time(b) * 1e3 for a, b in pairs]
+        finally:
+            torch.accelerator.set_stream(prev)
+
+    def contention(self, fn: Callable[[], object], fn2: Callable[[], object], n: int
+                   ) -> tuple[float, float]:
+        prev = torch.accelerator.current_stream(self.device)
+        try:
+            torch.accelerator.set_stream(self.main)
+            self.synchronize()
+            a, b = self._event(), self._event()
+            a.record(self.main)
+            for _ in range(n):
+                fn()
+            b.record(self.main)
+            self.synchronize()
+            alone = a.elapsed_time(b) * 1e3
+            c, d, side_done = self._event(), self._event(), self._event()
+            c.record(self.main)
+            self.side.wait_event(c)
+            for _ in range(n):
+                torch.accelerator.set_stream(self.main)
+                fn()
+                torch.accelerator.set_stream(self.side)
+                fn2()
+            side_done.record(self.side)
+            self.main.wait_event(side_done)
+            d.record(self.main)
+            self.synchronize()
+            return alone, c.elapsed_time(d) * 1e3
+        finally:
+            torch.accelerator.set_stream(prev)
+
+    def record_wait_us(self, n: int = 200) -> float:
+        """Extra device time of a tiny op pair split over two streams with a record/wait
+        between them, versus the same pair on one stream."""
+        x = torch.ones(1, device=self.device)
+        prev = torch.accelerator.current_stream(self.device)
+        try:
+            def one_stream() -> None:
+                x.add_(1)
+                x.add_(1)
+
+            def two_streams() -> None:
+                torch.accelerator.set_stream(self.side)
+                x.add_(1)
+                e = torch.Event(device=self.device)
+                e.record(self.side)
+                self.main.wait_event(e)
+                torch.accelerator.set_stream(self.main)
+                x.add_(1)
+
+            base = statistics.median(self.samples(one_stream, 5, n))
+            synced = statistics.median(self.samples(two_streams, 5, n))
+            return max(synced - base, 0.0)
+        finally:
+            torch.accelerator.set_stream(prev)
+
+    def stream_switch_us(self, n: int = 2000) -> float:
+        """Host time of switching the current stream away and back, per switch."""
+        prev = torch.accelerator.current_stream(self.device)
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            torch.accelerator.set_stream(self.side)
+            torch.accelerator.set_stream(prev)
+        return (time.perf_counter_ns() - t0) / 1e3 / (2 * n)
+
+
+def available_device(kind: str) -> torch.device:
+    """``torch.device`` for ``kind`` (``cpu``, ``cuda``, ``npu``) or a clear ``RuntimeError``.
+
+    >>> available_device("cpu")
+    device(type='cpu')
+    """
+    if kind == "cpu":
+        return torch.device("cpu")
+    if kind == "npu":
+        try:
+            import torch_npu  # noqa: F401  (registers the npu device)
+        except ImportError:
+            raise RuntimeError("device 'npu' is not available: torch_npu is not installed "
+                               "(install torch_npu and CANN on an Ascend machine, or use "
+                               "--device cpu)") from None
+    if kind not in ("cuda", "npu"):
+        raise ValueError(f"unknown device {kind!r}; choose cpu, cuda or npu")
+    backend = getattr(torch, kind, None)
+    if backend is None or not backend.is_available():
+        raise RuntimeError(f"device {kind!r} is not available on this machine "
+                           f"(torch.{kind}.is_available() is False); use --device cpu or run "
+                           f"on a machine with a {kind.upper()} device")
+    return torch.device(kind, backend.current_device())
+
+
+def make_timer(device: torch.device) -> CpuTimer | AcceleratorTimer:
+    return CpuTimer() if device.type == "cpu" else AcceleratorTimer(device)
