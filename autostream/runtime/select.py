@@ -1,0 +1,100 @@
+"""Choosing and building a runtime: ``make_runner(gm, "auto" | "threads" | "streams" | "sequential")``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from autostream.runtime.program import parse_program
+from autostream.runtime.sanitizer import SanitizerConfig, sanitize_from_env
+from autostream.runtime.sequential import SequentialRunner
+from autostream.runtime.streams import StreamsRunner, input_device
+from autostream.runtime.threads import ThreadsRunner
+
+RUNTIMES = ("auto", "threads", "streams", "sequential")
+
+
+def check_runtime_name(kind: str) -> str:
+    """``kind`` if it names a runtime, else a ``ValueError`` listing them.
+
+    >>> check_runtime_name("threads")
+    'threads'
+    """
+    if kind not in RUNTIMES:
+        raise ValueError(f"unknown runtime {kind!r}; choose one of {', '.join(RUNTIMES)}")
+    return kind
+
+
+def select_runtime(kind: str, example_inputs: Sequence[Any]) -> str:
+    """The concrete runtime for ``kind``: ``"auto"`` -> streams on accelerators, threads on CPU.
+
+    >>> select_runtime("auto", [torch.zeros(2)])
+    'threads'
+    >>> select_runtime("sequential", [torch.zeros(2)])
+    'sequential'
+    """
+    check_runtime_name(kind)
+    if kind != "auto":
+        return kind
+    device = input_device(tuple(example_inputs))
+    return "threads" if device.type in ("cpu", "meta") else "streams"
+
+
+class AutoRunner:
+    """Picks the runtime from the first call's inputs (one runner per device type)."""
+
+    kind = "auto"
+
+    def __init__(self, build: Callable[[str], Callable[..., Any]]):
+        self._build = build
+        self._runners: dict[str, Callable[..., Any]] = {}
+
+    def __call__(self, *inputs: Any) -> Any:
+        kind = select_runtime("auto", inputs)
+        if kind not in self._runners:
+            self._runners[kind] = self._build(kind)
+        return self._runners[kind](*inputs)
+
+    def close(self) -> None:
+        for r in self._runners.values():
+            r.close()
+        self._runners.clear()
+
+
+def make_runner(gm: torch.fx.GraphModule, runtime: str = "auto",
+                sanitize: bool | SanitizerConfig = False, seed: int = 0,
+                **options: Any) -> Callable[..., Any]:
+    """A callable running the rewritten ``gm`` like ``gm(*inputs)`` on the chosen runtime.
+
+    The graph is validated here (:class:`~autostream.runtime.program.ProgramError`)
+    before anything runs.  ``sanitize`` (or ``AUTOSTREAM_SANITIZE=1``) turns on the
+    race sanitizer of the threads runtime; ``options`` go to the runner
+    (``wait_timeout_s``, ``intra_op_threads`` for threads; ``api`` for streams).
+
+    >>> import torch, torch.fx
+    >>> gm = torch.fx.symbolic_trace(lambda x: x + 1)
+    >>> make_runner(gm, "sequential")(torch.tensor([1.0]))
+    tensor([2.])
+    """
+    check_runtime_name(runtime)
+    program = parse_program(gm)
+    config = sanitize_from_env(sanitize, seed)
+    if config is not None and runtime in ("streams", "sequential"):
+        raise ValueError(
+            f"the race sanitizer runs in the threads runtime, not {runtime!r}; use "
+            f"runtime='threads' (or 'auto' on CPU inputs)"
+        )
+
+    def build(kind: str) -> Callable[..., Any]:
+        if kind == "sequential":
+            return SequentialRunner(gm, program)
+        if kind == "threads":
+            return ThreadsRunner(gm, program, sanitize=config or False, seed=seed, **options)
+        if config is not None:
+            raise ValueError("the race sanitizer needs CPU inputs (threads runtime)")
+        return StreamsRunner(gm, program, **options)
+
+    return AutoRunner(build) if runtime == "auto" else build(runtime)

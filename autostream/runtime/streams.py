@@ -1,0 +1,162 @@
+"""Accelerator runtime: one device stream per plan stream, through the device-generic API.
+
+The calling thread launches every op in the graph's linear order (kernels are
+asynchronous, so launch order is all the host decides); before an op it switches
+the current stream to the op's plan stream.  ``record`` is ``Event.record(stream)``,
+``wait`` is ``stream.wait_event(event)``.  Side streams first wait for the caller's
+current stream (the main stream), and the main stream waits for every side stream
+before the outputs are returned, whatever the graph's own join waits say.
+
+Cross-stream memory safety: the caching allocator only knows the stream a block
+was allocated on.  A value produced on one stream and used on another
+(``StreamProgram.held``) is kept referenced until after the final join, so its
+block cannot be handed to a new allocation while another stream may still read
+it.  Values used only on their own stream are dropped after their last use
+(stream-ordered reuse is safe there).  Memory cost: the held values live until
+the end of the call instead of their last use, i.e. at most the sum of their
+sizes on top of the single-stream peak.  ``record_stream`` was not chosen: it
+makes block reuse depend on event polling (non-deterministic peak memory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+import torch.fx
+
+from autostream.runtime.execute import (
+    StreamRuntimeError,
+    bind_inputs,
+    collect_outputs,
+    run_node,
+)
+from autostream.runtime.program import StreamProgram, parse_program
+
+
+class StreamAPI(Protocol):
+    """The few stream operations the runtime needs (one device)."""
+
+    def current_stream(self) -> Any: ...
+    def new_stream(self) -> Any: ...
+    def new_event(self) -> Any: ...
+    def set_stream(self, stream: Any) -> None: ...
+    def record(self, event: Any, stream: Any) -> None: ...
+    def wait_event(self, stream: Any, event: Any) -> None: ...
+    def wait_stream(self, stream: Any, other: Any) -> None: ...
+
+
+class TorchStreamAPI:
+    """``torch.Stream`` / ``torch.Event`` / ``torch.accelerator`` for ``device`` (CUDA, NPU, XPU...)."""
+
+    def __init__(self, device: torch.device):
+        if device.type in ("cpu", "meta"):
+            raise ValueError(
+                f"the 'streams' runtime needs accelerator tensors, got inputs on {device}; "
+                f"use runtime='threads' on CPU (or 'auto')"
+            )
+        self.device = device
+
+    def current_stream(self) -> Any:
+        return torch.accelerator.current_stream(self.device)
+
+    def new_stream(self) -> Any:
+        return torch.Stream(device=self.device)
+
+    def new_event(self) -> Any:
+        return torch.Event(device=self.device)
+
+    def set_stream(self, stream: Any) -> None:
+        torch.accelerator.set_stream(stream)
+
+    def record(self, event: Any, stream: Any) -> None:
+        event.record(stream)
+
+    def wait_event(self, stream: Any, event: Any) -> None:
+        stream.wait_event(event)
+
+    def wait_stream(self, stream: Any, other: Any) -> None:
+        stream.wait_stream(other)
+
+
+def input_device(inputs: tuple[Any, ...]) -> torch.device:
+    """Device of the first tensor input, else the current accelerator, else CPU.
+
+    >>> input_device((1, torch.zeros(1)))
+    device(type='cpu')
+    """
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            return x.device
+    acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    return acc if acc is not None else torch.device("cpu")
+
+
+class StreamsRunner:
+    """Run a rewritten GraphModule on device streams.
+
+    ``api`` builds the :class:`StreamAPI` for a device (default
+    :class:`TorchStreamAPI`); side streams are created once per device and reused.
+    """
+
+    kind = "streams"
+
+    def __init__(self, gm: torch.fx.GraphModule, program: StreamProgram | None = None, *,
+                 api: Callable[[torch.device], StreamAPI] = TorchStreamAPI):
+        self.gm = gm
+        self.program = program if program is not None else parse_program(gm)
+        self._make_api = api
+        self._per_device: dict[torch.device, tuple[StreamAPI, dict[int, Any]]] = {}
+
+    def _streams_for(self, device: torch.device) -> tuple[StreamAPI, dict[int, Any]]:
+        if device not in self._per_device:
+            api = self._make_api(device)
+            side = {k: api.new_stream() for k in self.program.side_streams}
+            self._per_device[device] = (api, side)
+        return self._per_device[device]
+
+    def __call__(self, *inputs: Any) -> Any:
+        env = bind_inputs(self.gm, self.program, inputs)
+        device = input_device(tuple(env[p] for p in self.program.placeholders))
+        api, side = self._streams_for(device)
+        main = api.current_stream()
+        if side:
+            fork = api.new_event()
+            api.record(fork, main)
+            for s in side.values():
+                api.wait_event(s, fork)
+        events: dict[str, Any] = {}
+        current = main
+        try:
+            for step in self.program.steps:
+                stream = main if step.stream == 0 else side[step.stream]
+                if step.kind == "op":
+                    if stream is not current:
+                        api.set_stream(stream)
+                        current = stream
+                    try:
+                        env[step.node] = run_node(self.gm, step.node, env)
+                    except Exception as exc:
+                        raise StreamRuntimeError(step.node, step.stream, exc) from exc
+                    for v in step.release:
+                        env.pop(v, None)
+                elif step.kind == "record":
+                    event = api.new_event()
+                    api.record(event, stream)
+                    events[step.node.name] = event
+                    env[step.node] = torch.empty(0)
+                else:
+                    for token in step.tokens:
+                        api.wait_event(stream, events[token])
+        finally:
+            if current is not main:
+                api.set_stream(main)
+            for s in side.values():
+                api.wait_stream(main, s)
+        # Held cross-stream values die with ``env`` here, after the join.
+        return collect_outputs(self.gm, self.program, env)
+
+    def close(self) -> None:
+        """Forget the side streams (present for a uniform runner interface)."""
+        self._per_device.clear()

@@ -1,0 +1,292 @@
+"""CPU runtime: one persistent worker thread per side stream, the calling thread is stream 0.
+
+``record`` sets a ``threading.Event`` once everything before it on its stream has run;
+``wait`` blocks on those events (with a timeout that names the token and the op).
+ATen ops release the GIL, so streams really overlap.
+
+Intra-op threads: ``torch.set_num_threads`` sets the *calling thread's* OpenMP
+thread count (and MKL's thread-local one) once the thread has initialised its
+ATen thread state, so each stream thread sets its own count before each op:
+``max(1, budget // running)``, where ``budget`` is the caller's
+``torch.get_num_threads()`` at call time and ``running`` the number of streams
+neither finished nor blocked in a wait.  A stream alone therefore uses every core
+(a prefix before the fork, a tail after the join), two running streams share
+them.  The caller's own count is restored after each call.  Pass
+``intra_op_threads=n`` for a fixed ``n`` per stream instead.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+import torch
+import torch.fx
+
+from autostream.dialects.torchair import stream_label
+from autostream.runtime.execute import (
+    StreamRuntimeError,
+    bind_inputs,
+    collect_outputs,
+    run_node,
+)
+from autostream.runtime.program import StreamProgram, parse_program
+from autostream.runtime.sanitizer import (
+    RaceError,
+    SanitizerConfig,
+    SanitizerRun,
+    sanitize_from_env,
+)
+
+
+class StreamWaitTimeout(RuntimeError):
+    """A wait was not satisfied within the runner's ``wait_timeout_s``."""
+
+
+class _Aborted(Exception):
+    """Another stream failed; this one stops quietly."""
+
+
+class _Worker:
+    """A daemon thread running the callables it is given, one at a time."""
+
+    def __init__(self, name: str):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            fn, future = job
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                future.set_exception(exc)
+
+    def submit(self, fn: Callable[[], Any]) -> Future:
+        future: Future = Future()
+        self.jobs.put((fn, future))
+        return future
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+
+
+def _stop_all(workers: list[_Worker]) -> None:
+    for w in workers:
+        w.stop()
+
+
+def _where(stream: int) -> str:
+    return "main stream" if stream == 0 else stream_label(stream)
+
+
+class _ThreadBudget:
+    """Divides ``budget`` intra-op threads between the streams currently running."""
+
+    def __init__(self, budget: int, streams: int, fixed: int | None):
+        self.budget, self.running, self.fixed = budget, streams, fixed
+        self._lock = threading.Lock()
+        self.current: dict[int, int | None] = {}
+
+    def change(self, delta: int) -> None:
+        with self._lock:
+            self.running += delta
+
+    def apply(self, stream: int) -> None:
+        want = self.fixed or max(1, self.budget // max(1, self.running))
+        if self.current.get(stream) != want:
+            torch.set_num_threads(want)
+            self.current[stream] = want
+
+
+class _Call:
+    """State of one call: environment, events, abort flag, sanitizer."""
+
+    def __init__(self, runner: ThreadsRunner, env: dict, call_index: int, budget: int):
+        program = runner.program
+        self.runner, self.program, self.env = runner, program, env
+        self.events = {s.node.name: threading.Event() for s in program.steps if s.kind == "record"}
+        self.abort = threading.Event()
+        self.budget = _ThreadBudget(budget, len(program.streams), runner.intra_op_threads)
+        self.budget.current[0] = budget
+        config = runner.sanitizer
+        self.san = SanitizerRun(config, program, call_index) if config else None
+
+    def fail(self) -> None:
+        self.abort.set()
+        for ev in self.events.values():
+            ev.set()
+
+    def _wait(self, stream: int, step) -> None:
+        for token in step.tokens:
+            ev = self.events[token]
+            if not ev.is_set():
+                self.budget.change(-1)
+                ok = ev.wait(self.runner.wait_timeout_s)
+                self.budget.change(+1)
+                if not ok:
+                    raise StreamWaitTimeout(
+                        f"{_where(stream)} waited {self.runner.wait_timeout_s:g} s at "
+                        f"{step.node.name!r} for token {token!r} "
+                        f"({self.runner.token_origin[token]}) before running "
+                        f"{self.runner.next_op[step.node]}; the producing stream is stuck or "
+                        f"slower than wait_timeout_s"
+                    )
+            if self.abort.is_set():
+                raise _Aborted()
+        if self.san:
+            self.san.on_wait(stream, step.tokens)
+
+    def run_stream(self, stream: int) -> None:
+        gm, env, san, budget = self.runner.gm, self.env, self.san, self.budget
+        try:
+            for step in self.program.streams[stream]:
+                if self.abort.is_set():
+                    raise _Aborted()
+                if step.kind == "op":
+                    budget.apply(stream)
+                    if san:
+                        san.before_op(stream, step.node)
+                    try:
+                        value = run_node(gm, step.node, env)
+                    except Exception as exc:
+                        raise StreamRuntimeError(step.node, stream, exc) from exc
+                    if san:
+                        san.after_op(stream, step.node)
+                    env[step.node] = value
+                    if san:
+                        san.published(stream, step.node)
+                    for v in step.release:
+                        env.pop(v, None)
+                elif step.kind == "record":
+                    env[step.node] = torch.empty(0)
+                    if san:
+                        san.on_record(stream, step.node.name)
+                    self.events[step.node.name].set()
+                else:
+                    self._wait(stream, step)
+        except BaseException:
+            self.fail()
+            raise
+        finally:
+            budget.change(-1)
+
+
+class ThreadsRunner:
+    """Run a rewritten GraphModule with real thread concurrency on CPU.
+
+    Calls are serialised (one call at a time per runner); the worker threads
+    persist across calls and stop when the runner is closed or collected.
+
+    >>> import torch, torch.fx
+    >>> gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    >>> r = ThreadsRunner(gm)
+    >>> r(torch.tensor([1.0]))
+    tensor([2.])
+    >>> r.close()
+    """
+
+    kind = "threads"
+
+    def __init__(self, gm: torch.fx.GraphModule, program: StreamProgram | None = None, *,
+                 sanitize: bool | SanitizerConfig = False, seed: int = 0,
+                 wait_timeout_s: float = 120.0, intra_op_threads: int | None = None):
+        if wait_timeout_s <= 0:
+            raise ValueError("wait_timeout_s must be > 0")
+        if intra_op_threads is not None and intra_op_threads < 1:
+            raise ValueError("intra_op_threads must be >= 1 (or None to divide the cores)")
+        self.gm = gm
+        self.program = program if program is not None else parse_program(gm)
+        self.sanitizer = sanitize_from_env(sanitize, seed)
+        self.wait_timeout_s = wait_timeout_s
+        self.intra_op_threads = intra_op_threads
+        self.token_origin, self.next_op = self._describe_syncs()
+        self._workers = {k: _Worker(f"autostream-{stream_label(k)}")
+                         for k in self.program.side_streams}
+        self._finalizer = weakref.finalize(self, _stop_all, list(self._workers.values()))
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._broken: str | None = None
+
+    def _describe_syncs(self) -> tuple[dict[str, str], dict[torch.fx.Node, str]]:
+        origin: dict[str, str] = {}
+        following: dict[torch.fx.Node, str] = {}
+        for k, steps in self.program.streams.items():
+            last_op = None
+            pending: list[torch.fx.Node] = []
+            for step in steps:
+                if step.kind == "op":
+                    last_op = step.node.name
+                    for w in pending:
+                        following[w] = f"op {last_op!r}"
+                    pending = []
+                elif step.kind == "record":
+                    after = f"after {last_op!r}" if last_op else "at its start"
+                    origin[step.node.name] = f"recorded on the {_where(k)} {after}"
+                else:
+                    pending.append(step.node)
+            for w in pending:
+                following[w] = "the graph's output" if k == 0 else f"the end of {_where(k)}"
+        return origin, following
+
+    def __call__(self, *inputs: Any) -> Any:
+        with self._lock:
+            if self._broken:
+                raise RuntimeError(f"runner unusable: {self._broken}")
+            call_index, self._calls = self._calls, self._calls + 1
+            env = bind_inputs(self.gm, self.program, inputs)
+            caller_threads = torch.get_num_threads()
+            run = _Call(self, env, call_index, caller_threads)
+            futures = {k: w.submit(lambda k=k: run.run_stream(k))
+                       for k, w in self._workers.items()}
+            errors: list[BaseException] = []
+            try:
+                run.run_stream(0)
+                if run.san:
+                    found = run.san.output_violations()
+                    if found:
+                        errors.append(RaceError(found))
+                        run.fail()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                errors.append(exc)
+            finally:
+                errors += self._join(futures)
+                if futures or torch.get_num_threads() != caller_threads:
+                    # also resets ATen's process-wide default that the workers changed
+                    torch.set_num_threads(caller_threads)
+            origin = [e for e in errors if not isinstance(e, _Aborted)]
+            if origin:
+                raise origin[0]
+            return collect_outputs(self.gm, self.program, env)
+
+    def _join(self, futures: dict[int, Future]) -> list[BaseException]:
+        errors = []
+        for k, future in futures.items():
+            try:
+                future.result(timeout=self.wait_timeout_s)
+            except FutureTimeout:
+                self._broken = f"{_where(k)} did not finish within {self.wait_timeout_s:g} s"
+                errors.append(StreamWaitTimeout(
+                    f"joining {_where(k)}: it did not finish within {self.wait_timeout_s:g} s"))
+            except BaseException as exc:  # noqa: BLE001 - collected for the caller
+                errors.append(exc)
+        return errors
+
+    def close(self) -> None:
+        """Stop the worker threads (also done when the runner is garbage-collected)."""
+        self._finalizer()
+
+    def __enter__(self) -> ThreadsRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
