@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.fx
@@ -10,23 +11,45 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 
-def capture_graphs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
-                   dynamic: bool | None = False) -> list[torch.fx.GraphModule]:
-    """The post-AOT ATen GraphModules (one per Dynamo graph) of ``model`` on ``example_inputs``.
+@dataclass(frozen=True)
+class CapturedGraph:
+    """A post-AOT graph and the real arguments it was first called with (lifted
+    parameters included), so it can be run on its own."""
 
-    >>> gms = capture_graphs(torch.nn.ReLU(), (torch.randn(2),))
-    >>> [n.target for n in gms[0].graph.nodes if n.op == "call_function"]
+    gm: torch.fx.GraphModule
+    args: tuple[object, ...]
+
+
+def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
+            dynamic: bool | None = False) -> list[CapturedGraph]:
+    """Compile ``model`` once and return each post-AOT graph with its real arguments.
+
+    >>> [c] = capture(torch.nn.ReLU(), (torch.randn(2),))
+    >>> [n.target for n in c.gm.graph.nodes if n.op == "call_function"]
     [<OpOverload(op='aten.relu', overload='default')>]
     """
     graphs: list[torch.fx.GraphModule] = []
+    args_of: dict[int, tuple[object, ...]] = {}
 
     def keep(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]):
+        index = len(graphs)
         graphs.append(gm)
-        return make_boxed_func(gm.forward)
+
+        def run(*args):
+            args_of.setdefault(index, tuple(args))
+            return gm.forward(*args)
+
+        return make_boxed_func(run)
 
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=aot_autograd(fw_compiler=keep), dynamic=dynamic)
     with torch.no_grad():
         compiled(*example_inputs)
     torch._dynamo.reset()
-    return graphs
+    return [CapturedGraph(gm, args_of.get(i, ())) for i, gm in enumerate(graphs)]
+
+
+def capture_graphs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
+                   dynamic: bool | None = False) -> list[torch.fx.GraphModule]:
+    """The post-AOT ATen GraphModules (one per Dynamo graph) of ``model``."""
+    return [c.gm for c in capture(model, example_inputs, dynamic)]

@@ -1,0 +1,83 @@
+"""Shared test utilities: a uniform cost model, compile-and-compare, brute-force syncs."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import networkx as nx
+import torch
+import torch.fx
+
+import autostream
+from autostream.graph import is_meta_only
+from autostream.schedule import JOIN, Schedule
+
+
+@dataclass(frozen=True)
+class _Cost:
+    duration_us: float
+    share: float
+    source: str
+
+
+class UniformCosts:
+    """Every real op takes ``us`` microseconds and contends with nothing: plans show the
+    graph's structural parallelism."""
+
+    sync_latency_us = 0.0
+    launch_overhead_us = 0.0
+
+    def __init__(self, us: float = 10.0, share: float = 0.0) -> None:
+        self.us, self.share = us, share
+
+    def estimate(self, node: torch.fx.Node) -> _Cost:
+        if is_meta_only(node):
+            return _Cost(0.0, 0.0, "free")
+        return _Cost(self.us, self.share, "roofline")
+
+
+def as_tuple(x):
+    return x if isinstance(x, (tuple, list)) else (x,)
+
+
+def compile_and_compare(model, inputs, **options):
+    """Compile with autostream, check outputs equal eager; return the pass's last report."""
+    torch._dynamo.reset()
+    be = autostream.backend(**options)
+    compiled = torch.compile(model, backend=be)
+    with torch.no_grad():
+        expected = as_tuple(model(*inputs))
+        got = as_tuple(compiled(*inputs))
+    assert len(expected) == len(got)
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+    return be.autostream_pass.last_report
+
+
+def minimum_sync_count(deps: nx.DiGraph, schedule: Schedule) -> int:
+    """Brute force: the fewest cross-stream dependences (and joins) that, with program order
+    on every stream, imply all of them."""
+    stream_of = dict(schedule.stream_of)
+    stream_of[JOIN] = 0
+    order = [*schedule.order, JOIN]
+    base = nx.DiGraph()
+    base.add_nodes_from(order)
+    last: dict[int, str] = {}
+    for n in order:
+        s = stream_of[n]
+        if s in last:
+            base.add_edge(last[s], n)
+        last[s] = n
+    required = {(u, v) for u, v in deps.edges if stream_of[u] != stream_of[v]}
+    required |= {(n, JOIN) for s, n in last.items() if s != 0}
+    required = sorted(required)
+    for k in range(len(required) + 1):
+        for subset in itertools.combinations(required, k):
+            h = base.copy()
+            h.add_edges_from(subset)
+            closure = nx.transitive_closure_dag(h)
+            if all(closure.has_edge(u, v) for u, v in required):
+                return k
+    raise AssertionError("unreachable")
