@@ -1,0 +1,121 @@
+"""The pass never breaks a graph: unchanged, with a reason, whenever it cannot help."""
+
+import logging
+
+import pytest
+import torch
+import torch.fx
+
+import autostream
+from autostream.capture import capture
+from autostream.dialects.torchair import air_ops
+from autostream.zoo import moe_model
+from tests.helpers import compile_and_compare
+
+
+class Chain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def _code(gm):
+    return [(n.op, str(n.target), n.name) for n in gm.graph.nodes]
+
+
+def test_graph_without_parallelism_comes_back_unchanged():
+    [c] = capture(Chain(), (torch.randn(4, 32),))
+    before = _code(c.gm)
+    p = autostream.AutoStreamPass(max_streams=4)
+    p(c.gm, None, None)
+    assert _code(c.gm) == before
+    assert not p.last_report.applied and "left unchanged" in p.last_report.reason
+
+
+def test_hand_tagged_graph_is_left_alone_with_a_warning(caplog):
+    [c] = capture(Chain(), (torch.randn(4, 32),))
+    ops = air_ops()
+    first = next(n for n in c.gm.graph.nodes if n.op == "call_function")
+    with c.gm.graph.inserting_before(first):
+        c.gm.graph.call_function(ops.scope_enter, (["_user_stream_label"], ["stream_1"]))
+    with c.gm.graph.inserting_after(first):
+        c.gm.graph.call_function(ops.scope_exit, ())
+    before = _code(c.gm)
+    p = autostream.AutoStreamPass()
+    with caplog.at_level(logging.WARNING, logger="autostream"):
+        p(c.gm, None, None)
+    assert _code(c.gm) == before
+    assert "already contains stream op" in p.last_report.reason
+    assert any("already contains stream op" in r.getMessage() for r in caplog.records)
+
+
+def test_empty_graph():
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    g.output((x,))
+    gm = torch.fx.GraphModule(torch.nn.Module(), g)
+    p = autostream.AutoStreamPass()
+    p(gm, None, None)
+    assert "no ops" in p.last_report.reason and not p.last_report.applied
+    assert len(gm.graph.nodes) == 2
+
+
+def test_symbolic_shapes_compile_and_match_eager():
+    model, _ = moe_model()
+    torch._dynamo.reset()
+    be = autostream.backend(max_streams=3, cost_table="h200")
+    compiled = torch.compile(model, backend=be, dynamic=True)
+    with torch.no_grad():
+        for tokens in (5, 9):
+            x = torch.randn(tokens, 256)
+            torch.testing.assert_close(compiled(x), model(x))
+    torch._dynamo.reset()
+    report = be.autostream_pass.last_report
+    assert report is not None and report.plan is not None
+    fx_graph = next(iter(report.plan.op_graph.nodes(data=True)))[1]["fx"].graph
+    assert any(isinstance(n.meta.get("val"), torch.SymInt) for n in fx_graph.find_nodes(op="placeholder"))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_bad_max_streams_names_the_allowed_values(bad):
+    with pytest.raises(ValueError, match="max_streams must be an integer >= 1"):
+        autostream.AutoStreamPass(max_streams=bad)
+
+
+def test_unknown_solver_names_the_allowed_values():
+    with pytest.raises(ValueError, match=r"unknown solver 'fast'; allowed: .*cpsat.*heft.*single"):
+        autostream.backend(solver="fast")
+
+
+def test_unknown_runtime_names_the_allowed_values():
+    with pytest.raises(ValueError, match="unknown runtime 'gpu'; allowed: auto, threads, streams, sequential"):
+        autostream.backend(runtime="gpu")
+
+
+def test_planning_failure_leaves_graph_unchanged_and_compiles(monkeypatch):
+    def explode(*args, **kwargs):
+        raise RuntimeError("cost table corrupt")
+
+    monkeypatch.setattr("autostream.passes.plan_graph", explode)
+    model, inputs = moe_model()
+    report = compile_and_compare(model, inputs, max_streams=2)
+    assert not report.applied and "cost table corrupt" in report.reason
+
+
+def test_rewrite_rejected_by_verifier_restores_the_original_graph(monkeypatch):
+    # Drop every sync: the verifier must catch the unordered dependences.
+    import autostream.planning as planning
+
+    monkeypatch.setattr(planning, "compute_syncs", lambda deps, schedule: [])
+    model, inputs = moe_model()
+    [c] = capture(model, inputs)
+    before = _code(c.gm)
+    p = autostream.AutoStreamPass(max_streams=3, cost_table="h200")
+    p(c.gm, None, None)
+    assert "rewrite rejected" in p.last_report.reason and "not ordered" in p.last_report.reason
+    assert _code(c.gm) == before
+    with torch.no_grad():
+        torch.testing.assert_close(c.gm(*c.args)[0], model(*inputs))
