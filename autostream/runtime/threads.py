@@ -83,6 +83,10 @@ class _Worker:
 def _stop_all(workers: list[_Worker]) -> None:
     for w in workers:
         w.stop()
+    # Join (briefly) so no worker is still inside ATen when the interpreter exits.
+    for w in workers:
+        if w.thread is not threading.current_thread():
+            w.thread.join(timeout=5.0)
 
 
 def _where(stream: int) -> str:
@@ -116,7 +120,11 @@ class _Call:
         self.runner, self.program, self.env = runner, program, env
         self.events = {s.node.name: threading.Event() for s in program.steps if s.kind == "record"}
         self.abort = threading.Event()
-        self.budget = _ThreadBudget(budget, len(program.streams), runner.intra_op_threads)
+        # A stream whose first step is a wait starts blocked: it takes no cores yet.
+        self.starts_blocked = {k for k, steps in program.streams.items()
+                               if steps and steps[0].kind == "wait"}
+        running = len(program.streams) - len(self.starts_blocked)
+        self.budget = _ThreadBudget(budget, running, runner.intra_op_threads)
         self.budget.current[0] = budget
         config = runner.sanitizer
         self.san = SanitizerRun(config, program, call_index) if config else None
@@ -126,13 +134,15 @@ class _Call:
         for ev in self.events.values():
             ev.set()
 
-    def _wait(self, stream: int, step) -> None:
+    def _wait(self, stream: int, step, first: bool) -> None:
         for token in step.tokens:
             ev = self.events[token]
             if not ev.is_set():
-                self.budget.change(-1)
+                if not first:
+                    self.budget.change(-1)
                 ok = ev.wait(self.runner.wait_timeout_s)
-                self.budget.change(+1)
+                if not first:
+                    self.budget.change(+1)
                 if not ok:
                     raise StreamWaitTimeout(
                         f"{_where(stream)} waited {self.runner.wait_timeout_s:g} s at "
@@ -143,13 +153,15 @@ class _Call:
                     )
             if self.abort.is_set():
                 raise _Aborted()
+        if first:
+            self.budget.change(+1)
         if self.san:
             self.san.on_wait(stream, step.tokens)
 
     def run_stream(self, stream: int) -> None:
         gm, env, san, budget = self.runner.gm, self.env, self.san, self.budget
         try:
-            for step in self.program.streams[stream]:
+            for i, step in enumerate(self.program.streams[stream]):
                 if self.abort.is_set():
                     raise _Aborted()
                 if step.kind == "op":
@@ -173,7 +185,7 @@ class _Call:
                         san.on_record(stream, step.node.name)
                     self.events[step.node.name].set()
                 else:
-                    self._wait(stream, step)
+                    self._wait(stream, step, first=i == 0 and stream in self.starts_blocked)
         except BaseException:
             self.fail()
             raise

@@ -1,0 +1,262 @@
+"""Executing rewritten graphs: equality with eager, errors, timeouts, threads, the zoo."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from autostream.capture import capture
+from autostream.planning import PlanOptions, plan_graph
+from autostream.rewrite import rewrite_graph
+from autostream.runtime import (
+    RUNTIMES,
+    StreamRuntimeError,
+    StreamWaitTimeout,
+    ThreadsRunner,
+    make_runner,
+    parse_program,
+    select_runtime,
+)
+from autostream.runtime.builder import DialectBuilder, fork_join, two_chains
+from autostream.zoo import ZOO, random_dag_model
+from tests.helpers import UniformCosts, as_tuple
+
+CPU_RUNTIMES = ("sequential", "threads", "auto")
+
+
+def _assert_same(got, expected):
+    got, expected = as_tuple(got), as_tuple(expected)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("streams", [1, 2, 3, 4])
+@pytest.mark.parametrize("kind", CPU_RUNTIMES)
+def test_fork_join_equals_graph_module(kind, streams):
+    gm, inputs = fork_join(streams=streams)
+    runner = make_runner(gm, kind)
+    expected = gm(*inputs)
+    for _ in range(3):
+        _assert_same(runner(*inputs), expected)
+
+
+def test_two_chains_threads_equal_single_stream():
+    gm1, inputs = two_chains(depth=4, rows=4, width=64, streams=1)
+    gm2, _ = two_chains(depth=4, rows=4, width=64, streams=2)
+    with make_runner(gm2, "threads") as runner:
+        _assert_same(runner(*inputs), make_runner(gm1, "sequential")(*inputs))
+
+
+def _zoo_graphs():
+    cases = [(name, factory) for name, factory in ZOO.items()]
+    cases += [(f"random_dag_{s}", lambda s=s: random_dag_model(s)) for s in (1, 2)]
+    return cases
+
+
+@pytest.fixture(scope="module")
+def rewritten_zoo():
+    """Each zoo model's post-AOT graph, rewritten on up to 3 streams with uniform costs."""
+    out = {}
+    for name, factory in _zoo_graphs():
+        model, inputs = factory()
+        [captured] = capture(model, inputs)
+        with torch.no_grad():
+            expected = as_tuple(model(*inputs))
+        gm = captured.gm
+        plan = plan_graph(gm, PlanOptions(max_streams=3), UniformCosts())
+        if not plan.is_single_stream:
+            rewrite_graph(gm, plan.schedule, plan.syncs)
+        out[name] = (gm, captured.args, expected, plan.schedule.streams_used)
+    return out
+
+
+def test_zoo_is_mostly_multistream(rewritten_zoo):
+    multi = [n for n, (_, _, _, used) in rewritten_zoo.items() if used > 1]
+    assert len(multi) >= len(rewritten_zoo) - 2, multi
+
+
+@pytest.mark.parametrize("kind", CPU_RUNTIMES)
+def test_zoo_outputs_equal_eager(rewritten_zoo, kind):
+    for name, (gm, args, expected, _) in rewritten_zoo.items():
+        runner = make_runner(gm, kind)
+        got = runner(*args)
+        _assert_same(got[: len(expected)] if isinstance(got, (list, tuple)) else got, expected), name
+
+
+def test_zoo_sanitized_threads_find_no_race(rewritten_zoo):
+    for name, (gm, args, expected, _) in rewritten_zoo.items():
+        runner = make_runner(gm, "threads", sanitize=True, seed=7)
+        for _ in range(3):
+            got = runner(*args)
+            _assert_same(got[: len(expected)], expected), name
+
+
+def _failing_graph(stream_of_failure: int):
+    def boom(x):
+        raise ValueError("boom")
+
+    b = DialectBuilder()
+    x = b.input("x")
+    with b.stream(1):
+        a = b.call(torch.ops.aten.relu.default, x)
+        if stream_of_failure == 1:
+            a = b.call(boom, a)
+        ta = b.record()
+    c = b.call(torch.ops.aten.neg.default, x)
+    if stream_of_failure == 0:
+        c = b.call(boom, c)
+    b.wait(ta)
+    return b.finish(b.call(torch.ops.aten.add.Tensor, a, c))
+
+
+@pytest.mark.parametrize("stream", [0, 1])
+@pytest.mark.parametrize("kind", CPU_RUNTIMES)
+def test_exception_in_a_stream_names_the_op(kind, stream):
+    runner = make_runner(_failing_graph(stream), kind)
+    with pytest.raises(StreamRuntimeError, match=r"op 'boom' .* raised ValueError: boom") as info:
+        runner(torch.ones(3))
+    assert info.value.stream == stream
+    assert isinstance(info.value.__cause__, ValueError)
+    # the runner stays usable after a failure (workers alive, no stale state)
+    with pytest.raises(StreamRuntimeError):
+        runner(torch.ones(3))
+
+
+def test_wait_timeout_names_token_and_op():
+    def slow(x):
+        time.sleep(0.5)
+        return x
+
+    b = DialectBuilder()
+    x = b.input("x")
+    with b.stream(1):
+        s = b.call(slow, x)
+        token = b.record()
+    b.wait(token)
+    out = b.call(torch.ops.aten.neg.default, s)
+    runner = ThreadsRunner(b.finish(out), wait_timeout_s=0.1)
+    with pytest.raises(StreamWaitTimeout, match=r"waited 0.1 s .* token 'record_default' "
+                                                 r"\(recorded on the stream_1 after 'slow'\) "
+                                                 r"before running op 'neg_default'"):
+        runner(torch.ones(2))
+    runner.close()
+
+
+def test_workers_persist_across_calls():
+    idents = []
+
+    def where(x):
+        idents.append(threading.get_ident())
+        return x
+
+    b = DialectBuilder()
+    x = b.input("x")
+    with b.stream(1):
+        y = b.call(where, x)
+        token = b.record()
+    b.wait(token)
+    runner = ThreadsRunner(b.finish(y))
+    before = threading.active_count()
+    for _ in range(5):
+        runner(torch.ones(1))
+    assert len(set(idents)) == 1 and idents[0] != threading.get_ident()
+    assert threading.active_count() == before
+    runner.close()
+    runner._workers[1].thread.join(timeout=5)
+    assert not runner._workers[1].thread.is_alive()
+
+
+def _concurrent_thread_counts(**options):
+    barrier = threading.Barrier(2, timeout=10)
+    seen = {}
+
+    def probe(x, tag):
+        barrier.wait()  # both streams are running now
+        seen[tag] = torch.get_num_threads()
+        return x
+
+    b = DialectBuilder()
+    x = b.input("x")
+    with b.stream(1):
+        y = b.call(probe, x, "side")
+        token = b.record()
+    z = b.call(probe, x, "main")
+    b.wait(token)
+    runner = ThreadsRunner(b.finish(y, z), **options)
+    runner(torch.ones(1))
+    runner.close()
+    return seen
+
+
+def test_intra_op_threads_divided_and_restored():
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        assert _concurrent_thread_counts() == {"side": 2, "main": 2}
+        assert torch.get_num_threads() == 4
+        assert _concurrent_thread_counts(intra_op_threads=1) == {"side": 1, "main": 1}
+        assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_lone_stream_keeps_all_threads():
+    """A side stream blocked at its first wait takes no cores from the running main stream."""
+    old = torch.get_num_threads()
+    seen = {}
+
+    def probe(x, tag):
+        seen[tag] = torch.get_num_threads()
+        return x
+
+    b = DialectBuilder()
+    x = b.input("x")
+    pre = b.call(probe, x, "prefix")
+    fork = b.record()
+    with b.stream(1):
+        b.wait(fork)
+        y = b.call(probe, pre, "side")
+        token = b.record()
+    z = b.call(probe, pre, "main")
+    b.wait(token)
+    try:
+        torch.set_num_threads(4)
+        with ThreadsRunner(b.finish(y, z)) as runner:
+            for _ in range(3):
+                runner(torch.ones(1))
+                assert seen["prefix"] == 4
+                assert seen["side"] in (2, 4) and seen["main"] in (2, 4)
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_inputs_count_checked():
+    gm, inputs = fork_join(streams=2)
+    with pytest.raises(TypeError, match="expects 4 inputs"):
+        make_runner(gm, "threads")(*inputs[:2])
+
+
+def test_select_runtime():
+    assert select_runtime("auto", [torch.zeros(1)]) == "threads"
+    assert select_runtime("auto", [1, torch.zeros(1, device="meta")]) == "threads"
+    assert select_runtime("streams", [torch.zeros(1)]) == "streams"
+    with pytest.raises(ValueError, match="unknown runtime 'gpu'"):
+        select_runtime("gpu", [])
+    assert set(RUNTIMES) == {"auto", "threads", "streams", "sequential"}
+
+
+def test_streams_runtime_rejects_cpu_inputs():
+    gm, inputs = fork_join(streams=2)
+    with pytest.raises(ValueError, match="needs accelerator tensors"):
+        make_runner(gm, "streams")(*inputs)
+
+
+def test_sanitize_only_for_threads():
+    gm, _ = fork_join(streams=2)
+    with pytest.raises(ValueError, match="threads runtime"):
+        make_runner(gm, "sequential", sanitize=True)
+    assert parse_program(gm).side_streams == (1,)
