@@ -10,8 +10,8 @@ from autostream.dialects.torchair import (
     AirOps,
     air_ops,
     is_stream_op,
-    stream_label,
     stream_index,
+    stream_label,
 )
 
 __all__ = ["STREAM_LABEL_KEY", "AirOps", "air_ops", "is_stream_op", "stream_label", "stream_index"]
