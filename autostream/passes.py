@@ -44,8 +44,7 @@ def hand_tagged(graph: torch.fx.Graph) -> str | None:
         custom = node.meta.get("custom")
         if isinstance(custom, dict) and "stream" in custom:
             return f"node {node.name} is already assigned a stream in meta['custom']"
-        if getattr(getattr(node.target, "namespace", None), "__eq__", None) and \
-                getattr(node.target, "namespace", None) == "streams":
+        if getattr(node.target, "namespace", None) == "streams":
             return f"it already contains native stream op {node.name}"
     return None
 
@@ -95,8 +94,8 @@ class AutoStreamPass:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any = None, config: Any = None) -> None:
         report = self.apply(gm)
         self.reports.append(report)
-        level = logging.INFO if report.applied else logging.WARNING if "already" in report.reason else logging.INFO
-        log.log(level, "autostream pass on %d-node graph: %s", report.graph_nodes, report.reason)
+        hand_tagged_graph = "hand-tagged" in report.reason
+        log.log(logging.WARNING if hand_tagged_graph else logging.INFO, "autostream pass on %d-node graph: %s", report.graph_nodes, report.reason)
 
     def apply(self, gm: torch.fx.GraphModule) -> PassReport:
         """Plan and rewrite ``gm``; never raises for a graph it cannot handle."""
