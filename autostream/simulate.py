@@ -318,6 +318,8 @@ def _run(
                 else:
                     next_ready = min(next_ready, t)
         if not running:
+            if len(end) == len(order):  # the last ops had zero duration
+                break
             if next_ready == float("inf"):
                 stuck = [n for n in order if n not in end]
                 raise ValueError(f"plan deadlocks: ops {stuck[:5]} can never start")

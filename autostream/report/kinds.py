@@ -19,17 +19,15 @@ PALETTE = (
 
 
 def short_kind(target: str) -> str:
-    """``"aten.mm.default"`` -> ``"mm"``; ``"aten.add.Tensor"`` -> ``"add"``.
+    """``"aten.mm.default"`` -> ``"mm"``; ``"aten.add.Tensor"`` -> ``"add"`` (overload dropped).
 
-    >>> short_kind("aten.mm.default"), short_kind("aten.add.Tensor"), short_kind("relu")
-    ('mm', 'add', 'relu')
+    >>> short_kind("aten.mm.default"), short_kind("operator.getitem"), short_kind("relu")
+    ('mm', 'getitem', 'relu')
     """
     parts = str(target).split(".")
     if len(parts) >= 3:
         return parts[-2]
-    if len(parts) == 2:
-        return parts[1] if parts[0] in ("aten", "prims", "air") else parts[0]
-    return parts[0]
+    return parts[-1]
 
 
 def op_kinds(

@@ -1,0 +1,89 @@
+"""Where a comparison's ``SchedulingProblem`` comes from: a model, a model spec or an STG file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autostream.problem import SchedulingProblem
+
+
+@dataclass(frozen=True)
+class Source:
+    """A problem to compare solvers on, its display title and how it was obtained."""
+
+    problem: SchedulingProblem
+    title: str
+    notes: tuple[str, ...] = ()
+
+
+def problem_from_model(
+    model: Any,
+    example_inputs: tuple[Any, ...],
+    streams: int,
+    *,
+    cost_table: str | None = None,
+    time_limit: float = 10.0,
+    title: str = "model",
+) -> Source:
+    """Capture ``model``'s post-AOT graph, estimate op costs, and return the problem.
+
+    Uses ``autostream.passes.plan_model`` when it exists, else captures the graphs
+    itself and plans the largest one (a model with graph breaks has several).
+    """
+    notes: list[str] = []
+    try:
+        from autostream.passes import plan_model  # type: ignore[attr-defined]
+    except ImportError:
+        plan_model = None
+    if plan_model is not None:
+        plan = plan_model(model, example_inputs, max_streams=streams, solver="single",
+                          cost_table=cost_table, time_limit=time_limit)
+        return Source(plan.problem, title, tuple(notes))
+    from autostream.capture import capture_graphs
+    from autostream.planning import PlanOptions, plan_graph
+
+    graphs = capture_graphs(model, example_inputs)
+    if not graphs:
+        raise ValueError(f"{title}: torch.compile produced no graph to plan")
+    options = PlanOptions(max_streams=streams, solver="single", cost_table=cost_table,
+                          time_limit=time_limit)
+    plans = [plan_graph(gm, options) for gm in graphs]
+    best = max(plans, key=lambda p: p.problem.graph.number_of_nodes())
+    if len(plans) > 1:
+        notes.append(f"{len(plans)} graphs captured (graph breaks); comparing the largest, "
+                     f"{best.problem.graph.number_of_nodes()} ops")
+    return Source(best.problem, title, tuple(notes))
+
+
+def problem_from_spec(
+    spec: str,
+    streams: int,
+    *,
+    cost_table: str | None = None,
+    time_limit: float = 10.0,
+    sync_latency_us: float | None = None,
+) -> Source:
+    """``file.stg``, ``module:function`` or ``file.py:function`` -> the problem to compare.
+
+    >>> problem_from_spec("nowhere.stg", 2)
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: STG file nowhere.stg does not exist
+    """
+    if spec.endswith(".stg"):
+        if not Path(spec).is_file():
+            raise FileNotFoundError(f"STG file {spec} does not exist")
+        from autostream.stg import read_stg
+
+        problem = read_stg(spec, streams=streams)
+        if sync_latency_us is not None:
+            problem = SchedulingProblem(problem.graph, problem.streams, sync_latency_us,
+                                        problem.capacity)
+        return Source(problem, Path(spec).name)
+    from autostream.modelspec import load_model_spec
+
+    model, inputs = load_model_spec(spec)
+    return problem_from_model(model, inputs, streams, cost_table=cost_table,
+                              time_limit=time_limit, title=spec)
