@@ -11,40 +11,33 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from autostream.passes import AutoStreamPass
-
-RUNTIMES = ("auto", "threads", "streams", "sequential")
-
-
-def _runner(gm: torch.fx.GraphModule, runtime: str, example_inputs: Sequence[Any]) -> Callable:
-    if runtime == "sequential":
-        return gm.forward
-    try:
-        from autostream.runtime import make_runner, select_runtime
-    except ImportError:
-        return gm.forward
-    kind = select_runtime(runtime, example_inputs)
-    return make_runner(gm, kind)
+from autostream.runtime.select import check_runtime_name, make_runner, select_runtime
 
 
-def backend(runtime: str = "auto", **options: Any) -> Callable:
+def backend(runtime: str = "auto", sanitize: bool = False, **options: Any) -> Callable:
     """A ``torch.compile`` backend that plans streams and runs the rewritten graph.
 
-    ``options`` are ``AutoStreamPass`` options (``max_streams``, ``solver``,
-    ``cost_table``, ``time_limit``).  The pass object is available as
-    ``backend(...).autostream_pass`` for its reports.
+    ``runtime`` is ``"auto"`` (CUDA/NPU streams for accelerator inputs, threads on
+    CPU), ``"threads"``, ``"streams"`` or ``"sequential"``; ``sanitize`` turns on the
+    threads runtime's race sanitizer.  ``options`` are ``AutoStreamPass`` options
+    (``max_streams``, ``solver``, ``cost_table``, ``time_limit``).  The pass object,
+    with its reports, is ``backend(...).autostream_pass``.
 
     >>> model = torch.nn.Linear(4, 4)
     >>> compiled = torch.compile(model, backend=backend(max_streams=2))
     >>> compiled(torch.randn(2, 4)).shape
     torch.Size([2, 4])
     """
-    if runtime not in RUNTIMES:
-        raise ValueError(f"unknown runtime {runtime!r}; allowed: {', '.join(RUNTIMES)}")
+    check_runtime_name(runtime)
     stream_pass = AutoStreamPass(**options)
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         stream_pass(gm, example_inputs, None)
-        return make_boxed_func(_runner(gm, runtime, example_inputs))
+        report = stream_pass.last_report
+        if report is None or not report.applied:
+            return make_boxed_func(gm.forward)  # unchanged graph: nothing to run concurrently
+        kind = select_runtime(runtime, example_inputs)
+        return make_boxed_func(make_runner(gm, kind, sanitize=sanitize))
 
     compile_fn = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
     compile_fn.autostream_pass = stream_pass
