@@ -14,7 +14,7 @@ from autostream.problem import SchedulingProblem
 from autostream.report.compare import plan_solvers, syncs_for, write_reports
 from autostream.report.dot import graph_dot
 from autostream.report.gantt import gantt_png
-from autostream.report.table import SolverResult, markdown_table
+from autostream.report.table import SolverResult, fmt_pct, markdown_table
 from autostream.report.trace import chrome_trace
 from autostream.schedule import JOIN, Sync
 from autostream.simulate import Timeline, cross_stream_syncs, simulate_plan
@@ -214,7 +214,7 @@ def test_table_lists_every_solver_with_gap_and_speedup() -> None:
     single = next(r.schedule for r in results if r.solver == "single")
     best = next(r.schedule for r in results if r.solver == "heft")
     assert f"{single.makespan / best.makespan:.2f}x" in heft
-    assert f"{100 * best.gap:.1f}%" in heft
+    assert fmt_pct(best.gap) in heft
     assert "failed: boom" in rows[-1]
 
 

@@ -28,6 +28,16 @@ def _fmt_us(x: float) -> str:
     return f"{x:,.1f}"
 
 
+def fmt_pct(fraction: float) -> str:
+    """``0.123`` -> ``"12.3%"``; rounding noise never prints as ``-0.0%``.
+
+    >>> fmt_pct(0.1234), fmt_pct(-1e-12)
+    ('12.3%', '0.0%')
+    """
+    value = round(100 * fraction, 1)
+    return f"{value if value != 0 else 0.0:.1f}%"
+
+
 def markdown_table(
     results: Sequence[SolverResult],
     baseline: float | None = None,
@@ -62,6 +72,6 @@ def markdown_table(
         speed = f"{baseline / s.makespan:.2f}x" if baseline and s.makespan > 0 else "-"
         lines.append(
             f"| {r.solver} | {s.streams_used} | {len(r.syncs)} | {_fmt_us(s.makespan)}{star} "
-            f"| {_fmt_us(s.lower_bound)} | {100 * s.gap:.1f}% | {speed} | {r.plan_seconds:.3f} |"
+            f"| {_fmt_us(s.lower_bound)} | {fmt_pct(s.gap)} | {speed} | {r.plan_seconds:.3f} |"
         )
     return "\n".join(lines)

@@ -1,0 +1,184 @@
+"""Rerun every experiment and regenerate ``experiments/RESULTS.md``.
+
+Each experiment script runs as its own subprocess (``--quick`` is passed through to
+the scripts that accept it); its standard output becomes one section of
+``RESULTS.md``: kept as markdown when it prints markdown tables, fenced as text
+otherwise.  Figures a script writes into ``experiments/figures/`` during its run
+and does not link itself are linked under its section.  A missing script is listed
+as not run; a failing one gets its error tail, and ``run_all`` exits 1.
+
+    python experiments/run_all.py            # full runs (several minutes on 2 cores)
+    python experiments/run_all.py --quick    # smoke-sized runs
+    python experiments/run_all.py --only compare_solvers.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+FIGURES = HERE / "figures"
+RESULTS = HERE / "RESULTS.md"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    script: str
+    title: str
+    about: str
+
+
+EXPERIMENTS = (
+    Experiment("compare_solvers.py", "Solver comparison over the model zoo",
+               "Predicted makespan of every solver on every zoo model (default cost model)."),
+    Experiment("stg_benchmark.py", "STG benchmark",
+               "Solvers against the published optimal makespans of the Standard Task Graph Set."),
+    Experiment("cost_accuracy.py", "Cost-model accuracy",
+               "Estimated versus measured op and graph times on this machine."),
+    Experiment("speedup.py", "Measured speed-up",
+               "Single stream versus autostream, measured, next to the predicted speed-up."),
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    experiment: Experiment
+    command: list[str]
+    returncode: int | None  # None: script missing
+    seconds: float
+    stdout: str
+    stderr: str
+    figures: tuple[str, ...]
+    skipped: bool = False  # not selected by --only
+
+
+def supports_quick(path: Path) -> bool:
+    """Whether the script defines a ``--quick`` option (read from its source, no import)."""
+    return '"--quick"' in path.read_text() or "'--quick'" in path.read_text()
+
+
+def run_experiment(exp: Experiment, quick: bool, timeout_s: float) -> Outcome:
+    path = HERE / exp.script
+    if not path.is_file():
+        return Outcome(exp, [], None, 0.0, "", "", ())
+    cmd = [sys.executable, str(path.relative_to(ROOT))]
+    if quick and supports_quick(path):
+        cmd.append("--quick")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    FIGURES.mkdir(exist_ok=True)
+    t0 = time.time()
+    print(f"running {' '.join(cmd[1:])} ...", file=sys.stderr, flush=True)
+    try:
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=timeout_s, check=False)
+        code, out, err = done.returncode, done.stdout, done.stderr
+    except subprocess.TimeoutExpired as exc:
+        code = 124
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        err = f"timed out after {timeout_s:.0f} s"
+    seconds = time.time() - t0
+    fresh = sorted(p.name for p in FIGURES.glob("*.png") if p.stat().st_mtime >= t0 - 1)
+    print(f"  {exp.script}: exit {code} in {seconds:.0f} s", file=sys.stderr, flush=True)
+    return Outcome(exp, cmd, code, seconds, out, err, tuple(fresh))
+
+
+def is_markdown(text: str) -> bool:
+    """Output with a markdown table separator row is kept as markdown."""
+    return re.search(r"^\|?\s*:?-{3,}:?\s*\|", text, flags=re.M) is not None
+
+
+def section(o: Outcome) -> str:
+    exp = o.experiment
+    lines = [f"## {exp.title}", "", exp.about, ""]
+    if o.skipped:
+        lines += ["_Not run this time (`--only` selected other experiments)._", ""]
+        return "\n".join(lines)
+    if o.returncode is None:
+        lines += [f"_Not run: `experiments/{exp.script}` does not exist in this checkout._", ""]
+        return "\n".join(lines)
+    shown = " ".join(["python", *o.command[1:]])
+    status = "ok" if o.returncode == 0 else f"**failed (exit {o.returncode})**"
+    lines += [f"`{shown}`: {status}, {o.seconds:.0f} s.", ""]
+    out = o.stdout.strip()
+    if out:
+        lines += [out, ""] if is_markdown(out) else ["```text", out, "```", ""]
+    if o.returncode != 0:
+        tail = "\n".join(o.stderr.strip().splitlines()[-15:])
+        lines += ["Error output (last lines):", "", "```text", tail, "```", ""]
+    unlinked = [f for f in o.figures if f"figures/{f}" not in out]
+    for f in unlinked:
+        lines += [f"![{f}](figures/{f})", ""]
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    try:
+        import torch
+
+        torch_v = torch.__version__
+        accel = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    except Exception:  # noqa: BLE001 - describing the machine must not fail the run
+        torch_v, accel = "unknown", "unknown"
+    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, "
+            f"Python {platform.python_version()}, torch {torch_v}, {accel}")
+
+
+def render(outcomes: list[Outcome], quick: bool) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    head = [
+        "# Experiment results",
+        "",
+        f"Generated by `python experiments/run_all.py{' --quick' if quick else ''}` on {stamp}; "
+        "do not edit by hand, rerun the command.",
+        "",
+        f"Machine: {machine()}.",
+        "",
+        "| experiment | script | status | time (s) |",
+        "|---|---|---|---:|",
+    ]
+    for o in outcomes:
+        status = ("not run (--only)" if o.skipped else "not run (missing)" if o.returncode is None
+                  else "ok" if o.returncode == 0 else f"failed ({o.returncode})")
+        head.append(f"| {o.experiment.title} | `{o.experiment.script}` | {status} "
+                    f"| {o.seconds:.0f} |")
+    return "\n".join(head) + "\n\n" + "\n".join(section(o) for o in outcomes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Rerun every experiment; regenerate RESULTS.md.")
+    ap.add_argument("--quick", action="store_true", help="pass --quick to the scripts")
+    ap.add_argument("--only", nargs="*", default=None, metavar="SCRIPT",
+                    help="run only these scripts (the others are listed as not run)")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds per script (default 1800, 600 with --quick)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="the markdown file to write")
+    args = ap.parse_args(argv)
+    known = {e.script for e in EXPERIMENTS}
+    for name in args.only or []:
+        if name not in known:
+            ap.error(f"unknown experiment {name!r}; known: {', '.join(sorted(known))}")
+    timeout_s = args.timeout or (600.0 if args.quick else 1800.0)
+    outcomes = []
+    for exp in EXPERIMENTS:
+        if args.only is not None and exp.script not in args.only:
+            outcomes.append(Outcome(exp, [], None, 0.0, "", "", (), skipped=True))
+            continue
+        outcomes.append(run_experiment(exp, args.quick, timeout_s))
+    args.out.write_text(render(outcomes, args.quick))
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0 if all(o.returncode in (0, None) for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
