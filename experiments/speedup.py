@@ -1,0 +1,179 @@
+"""Measured vs predicted speed-up of autostream's runtimes on the model zoo (issue 5).
+
+For each model: eager, ``torch.compile`` (Inductor, default intra-op threads) and
+autostream (``autostream.backend(runtime=...)``, default: threads on CPU) are timed
+alternately, one call of each per round, median over ``--runs`` rounds after
+``--warmup`` rounds.  The baseline is the best single-stream variant (eager or
+Inductor).  ``as-seq`` is the same rewritten graph on the sequential runtime (stream
+ops as no-ops): the gap between it and the baseline is the interpreter's overhead,
+the gap between it and autostream the overlap actually gained.
+
+    python experiments/speedup.py                      # every zoo model + a deep GEMV pair
+    python experiments/speedup.py --models two_branch_gemv_d8 --runs 40
+    python experiments/speedup.py --no-inductor --cost-table cpu --json out.json
+
+Columns: predicted = the plan's single-stream / multi-stream makespan (1.00 when the
+planner kept one stream); measured = baseline / autostream; error = measured /
+predicted - 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import autostream  # noqa: E402
+from autostream.zoo import ZOO, random_dag_model, two_branch_gemv  # noqa: E402
+
+
+def models() -> dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]]:
+    """The zoo plus the issue's probe: two chains of 8 matmuls 16x1024 @ 1024x1024."""
+    out = dict(ZOO)
+    out["two_branch_gemv_d8"] = partial(two_branch_gemv, rows=16, width=1024, depth=8)
+    out["random_dag_1"] = partial(random_dag_model, 1)
+    return out
+
+
+@dataclass
+class Row:
+    model: str
+    streams: int
+    eager_ms: float
+    inductor_ms: float | None
+    as_seq_ms: float
+    autostream_ms: float
+    baseline: str
+    predicted: float
+    measured: float
+    error: float
+    reason: str
+
+
+def time_alternating(variants: dict[str, Callable[[], Any]], runs: int, warmup: int
+                     ) -> dict[str, float]:
+    """Median seconds of one call of each variant, the variants interleaved round by round."""
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for i in range(warmup + runs):
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            if i >= warmup:
+                samples[name].append(dt)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def _compiled(model, backend) -> Callable[..., Any]:
+    torch._dynamo.reset()
+    return torch.compile(model, backend=backend)
+
+
+def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
+    model, inputs = factory()
+    options: dict[str, Any] = {"max_streams": args.max_streams, "solver": args.solver}
+    if args.cost_table:
+        options["cost_table"] = args.cost_table
+    with torch.no_grad():
+        expected = model(*inputs)
+        variants: dict[str, Callable[[], Any]] = {"eager": lambda: model(*inputs)}
+        if not args.no_inductor:
+            inductor = torch.compile(model)
+            inductor(*inputs)
+            variants["inductor"] = lambda: inductor(*inputs)
+        results = {}
+        for runtime in ("sequential", args.runtime):
+            be = autostream.backend(runtime=runtime, **options)
+            fn = torch.compile(model, backend=be)
+            got = fn(*inputs)
+            for g, e in zip(_tuple(got), _tuple(expected), strict=True):
+                torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+            results[runtime] = (fn, be.autostream_pass.last_report)
+        seq_fn, _ = results["sequential"]
+        as_fn, report = results[args.runtime]
+        variants["as_seq"] = lambda: seq_fn(*inputs)
+        variants["autostream"] = lambda: as_fn(*inputs)
+        medians = time_alternating(variants, args.runs, args.warmup)
+    torch._dynamo.reset()
+    singles = {k: medians[k] for k in ("eager", "inductor") if k in medians}
+    baseline = min(singles, key=singles.get)
+    plan = report.plan if report is not None else None
+    predicted = plan.predicted_speedup if (plan is not None and report.applied) else 1.0
+    streams = plan.schedule.streams_used if (plan is not None and report.applied) else 1
+    measured = singles[baseline] / medians["autostream"]
+    return Row(
+        model=name, streams=streams,
+        eager_ms=medians["eager"] * 1e3,
+        inductor_ms=medians["inductor"] * 1e3 if "inductor" in medians else None,
+        as_seq_ms=medians["as_seq"] * 1e3,
+        autostream_ms=medians["autostream"] * 1e3,
+        baseline=baseline, predicted=predicted, measured=measured,
+        error=measured / predicted - 1.0,
+        reason=report.reason if report is not None else "no graph captured",
+    )
+
+
+def _tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def print_table(rows: list[Row]) -> None:
+    head = (f"{'model':<20} {'str':>3} {'eager':>8} {'inductor':>9} {'as-seq':>8} "
+            f"{'autostrm':>9} {'base':>8} {'pred':>6} {'meas':>6} {'error':>7}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        ind = f"{r.inductor_ms:9.3f}" if r.inductor_ms is not None else f"{'-':>9}"
+        print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {ind} {r.as_seq_ms:8.3f} "
+              f"{r.autostream_ms:9.3f} {r.baseline:>8} {r.predicted:6.2f} {r.measured:6.2f} "
+              f"{r.error:+7.1%}")
+    print("times: median ms per call; pred/meas: speed-up over the best single-stream variant")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", help="comma-separated names (default: all)")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--runtime", default="auto", choices=("auto", "threads", "streams"))
+    parser.add_argument("--max-streams", type=int, default=2)
+    parser.add_argument("--solver", default="heft")
+    parser.add_argument("--cost-table", help="cost table name or JSON path (default: planner's)")
+    parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile baseline")
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    args = parser.parse_args(argv)
+    if args.runs < 20:
+        parser.error("--runs must be >= 20 (the issue's protocol)")
+    table = models()
+    names = args.models.split(",") if args.models else list(table)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {sorted(table)}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
+          f"runtime={args.runtime}, max_streams={args.max_streams}, solver={args.solver}, "
+          f"cost_table={args.cost_table or 'default'}", flush=True)
+    rows = []
+    for name in names:
+        row = measure_model(name, table[name], args)
+        rows.append(row)
+        print(f"  {name}: {row.reason}", flush=True)
+    print()
+    print_table(rows)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
