@@ -117,3 +117,12 @@ def test_delays_are_seeded():
         draws.append([run.rngs[k].random() for k in (0, 1)])
     other = SanitizerRun(SanitizerConfig(seed=9), program, call_index=5)
     assert draws[0] == draws[1] != [other.rngs[k].random() for k in (0, 1)]
+
+
+def test_environment_variable_leaves_other_runtimes_alone(monkeypatch):
+    gm, inputs = fork_join(streams=2, depth=1, size=8)
+    monkeypatch.setenv("AUTOSTREAM_SANITIZE", "1")
+    expected = gm(*inputs)
+    assert torch.equal(make_runner(gm, "sequential")(*inputs)[0], expected[0])
+    with pytest.raises(ValueError, match="threads runtime"):
+        make_runner(gm, "sequential", sanitize=True)

@@ -81,8 +81,8 @@ def make_runner(gm: torch.fx.GraphModule, runtime: str = "auto",
     """
     check_runtime_name(runtime)
     program = parse_program(gm)
-    config = sanitize_from_env(sanitize, seed)
-    if config is not None and runtime in ("streams", "sequential"):
+    asked = sanitize is not False and sanitize is not None
+    if asked and runtime in ("streams", "sequential"):
         raise ValueError(
             f"the race sanitizer runs in the threads runtime, not {runtime!r}; use "
             f"runtime='threads' (or 'auto' on CPU inputs)"
@@ -92,9 +92,12 @@ def make_runner(gm: torch.fx.GraphModule, runtime: str = "auto",
         if kind == "sequential":
             return SequentialRunner(gm, program)
         if kind == "threads":
+            # AUTOSTREAM_SANITIZE=1 applies here only: other runtimes ignore it.
+            config = sanitize_from_env(sanitize, seed)
             return ThreadsRunner(gm, program, sanitize=config or False, seed=seed, **options)
-        if config is not None:
-            raise ValueError("the race sanitizer needs CPU inputs (threads runtime)")
+        if asked:
+            raise ValueError("the race sanitizer needs CPU inputs (threads runtime); got "
+                             "accelerator inputs")
         return StreamsRunner(gm, program, **options)
 
     return AutoRunner(build) if runtime == "auto" else build(runtime)

@@ -59,7 +59,9 @@ class TorchStreamAPI:
         self.device = device
 
     def current_stream(self) -> Any:
-        return torch.accelerator.current_stream(self.device)
+        if hasattr(torch, "accelerator") and hasattr(torch.accelerator, "current_stream"):
+            return torch.accelerator.current_stream(self.device)
+        return torch.get_device_module(self.device).current_stream(self.device)  # torch < 2.6
 
     def new_stream(self) -> Any:
         return torch.Stream(device=self.device)
@@ -68,7 +70,10 @@ class TorchStreamAPI:
         return torch.Event(device=self.device)
 
     def set_stream(self, stream: Any) -> None:
-        torch.accelerator.set_stream(stream)
+        if hasattr(torch, "accelerator") and hasattr(torch.accelerator, "set_stream"):
+            torch.accelerator.set_stream(stream)
+        else:  # torch < 2.6
+            torch.get_device_module(self.device).set_stream(stream)
 
     def record(self, event: Any, stream: Any) -> None:
         event.record(stream)
@@ -89,7 +94,8 @@ def input_device(inputs: tuple[Any, ...]) -> torch.device:
     for x in inputs:
         if isinstance(x, torch.Tensor):
             return x.device
-    acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    accel = getattr(torch, "accelerator", None)
+    acc = accel.current_accelerator() if accel is not None and accel.is_available() else None
     return acc if acc is not None else torch.device("cpu")
 
 
