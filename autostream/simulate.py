@@ -18,14 +18,14 @@ and adds what the plan itself fixes:
   side stream's last op plus one sync latency (the join before ``output``).
   ``makespan`` is the last op's end, the quantity ``Schedule.makespan`` predicts.
 
-Modelling difference with ``cpsat``: CP-SAT treats the capacity as a blocking
-resource (an op waits until its share is free); this simulator slows concurrent
-ops down instead.  Both agree when the plan never exceeds the capacity, which
-CP-SAT's constraints guarantee, but CP-SAT may also leave deliberate idle gaps
-(an op starts later than it could) that a greedy in-order replay closes; closing a
-gap can shift contention elsewhere (Graham's list-scheduling anomalies), so for such
-plans the replay's makespan may differ from CP-SAT's in either direction.  Reports
-show both: ``Timeline.from_schedule`` is the planner's own prediction.
+Modelling difference with ``cpsat``: inside its model CP-SAT treats the capacity as
+a blocking resource (an op waits until its share is free, with integer time units)
+where this simulator slows concurrent ops down instead.  CP-SAT's times only pick
+the stream assignment and the launch order: the ``Schedule`` it returns is re-timed
+by :func:`autostream.timeline.simulate` (``schedule_from_assignment``), so its
+``makespan`` and this replay agree exactly, like every other solver's; only the
+model's own objective value (its integer makespan) can differ.  A schedule built
+by hand with other times can be drawn as planned with ``Timeline.from_schedule``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ def test_demo_exits_0_prints_the_table_and_writes_pictures(tmp_path: Path) -> No
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-m", "autostream.cli", "demo", "--out", str(tmp_path / "demo"),
-         "--repeats", "5"],
+         "--repeats", "5", "--time-limit", "0.3"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
