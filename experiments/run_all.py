@@ -1,7 +1,7 @@
 """Rerun every experiment and regenerate ``experiments/RESULTS.md``.
 
 Each experiment script runs as its own subprocess (``--quick`` is passed through to
-the scripts that accept it); its standard output becomes one section of
+the scripts that accept it, smaller run counts to the others); its standard output becomes one section of
 ``RESULTS.md``: kept as markdown when it prints markdown tables, fenced as text
 otherwise.  Figures a script writes into ``experiments/figures/`` during its run
 and does not link itself are linked under its section.  A missing script is listed
@@ -36,6 +36,8 @@ class Experiment:
     script: str
     title: str
     about: str
+    #: used with ``--quick`` when the script has no ``--quick`` option of its own
+    quick_args: tuple[str, ...] = ()
 
 
 EXPERIMENTS = (
@@ -44,9 +46,11 @@ EXPERIMENTS = (
     Experiment("stg_benchmark.py", "STG benchmark",
                "Solvers against the published optimal makespans of the Standard Task Graph Set."),
     Experiment("cost_accuracy.py", "Cost-model accuracy",
-               "Estimated versus measured op and graph times on this machine."),
+               "Estimated versus measured op and graph times on this machine.",
+               ("--repeat", "5")),
     Experiment("speedup.py", "Measured speed-up",
-               "Single stream versus autostream, measured, next to the predicted speed-up."),
+               "Single stream versus autostream, measured, next to the predicted speed-up.",
+               ("--runs", "5", "--warmup", "2")),
 )
 
 
@@ -62,9 +66,26 @@ class Outcome:
     skipped: bool = False  # not selected by --only
 
 
-def supports_quick(path: Path) -> bool:
-    """Whether the script defines a ``--quick`` option (read from its source, no import)."""
-    return '"--quick"' in path.read_text() or "'--quick'" in path.read_text()
+def defines_option(path: Path, option: str) -> bool:
+    """Whether the script defines ``option`` (read from its source, without importing it)."""
+    text = path.read_text()
+    return f'"{option}"' in text or f"'{option}'" in text
+
+
+def quick_arguments(exp: Experiment, path: Path) -> list[str]:
+    """``--quick`` when the script has it, else its ``quick_args`` whose options it defines."""
+    if defines_option(path, "--quick"):
+        return ["--quick"]
+    out: list[str] = []
+    args = list(exp.quick_args)
+    while args:
+        option = args.pop(0)
+        values = []
+        while args and not args[0].startswith("--"):
+            values.append(args.pop(0))
+        if defines_option(path, option):
+            out += [option, *values]
+    return out
 
 
 def run_experiment(exp: Experiment, quick: bool, timeout_s: float) -> Outcome:
@@ -72,8 +93,8 @@ def run_experiment(exp: Experiment, quick: bool, timeout_s: float) -> Outcome:
     if not path.is_file():
         return Outcome(exp, [], None, 0.0, "", "", ())
     cmd = [sys.executable, str(path.relative_to(ROOT))]
-    if quick and supports_quick(path):
-        cmd.append("--quick")
+    if quick:
+        cmd += quick_arguments(exp, path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     FIGURES.mkdir(exist_ok=True)

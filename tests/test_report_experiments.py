@@ -26,7 +26,7 @@ def run_all(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(module, "machine", lambda: "test machine")
     monkeypatch.setattr(module, "EXPERIMENTS", (
         module.Experiment("table.py", "Table", "prints markdown and draws a figure"),
-        module.Experiment("text.py", "Text", "prints plain text"),
+        module.Experiment("text.py", "Text", "prints plain text", ("--runs", "2", "--absent")),
         module.Experiment("broken.py", "Broken", "fails"),
         module.Experiment("absent.py", "Absent", "not written yet"),
     ))
@@ -36,7 +36,8 @@ def run_all(tmp_path: Path, monkeypatch):
         "a = ap.parse_args()\n"
         "p = pathlib.Path(__file__).parent / 'figures' / 'pic.png'; p.write_bytes(b'png')\n"
         "print('| a | b |'); print('|---|---:|'); print(f'| quick | {a.quick} |')\n")
-    (here / "text.py").write_text("print('alpha   1.0'); print('beta    2.0')\n")
+    (here / "text.py").write_text("import sys  # options: '--runs'\n"
+                                  "print('alpha   1.0'); print('beta    2.0'); print(sys.argv[1:])\n")
     (here / "broken.py").write_text("import sys; print('partial'); sys.exit('boom: no data')\n")
     return module
 
@@ -47,7 +48,7 @@ def test_run_all_writes_sections_links_figures_and_reports_failures(run_all, tmp
     text = out.read_text()
     assert rc == 1  # broken.py failed
     assert "| quick | True |" in text  # --quick passed through; markdown kept raw
-    assert "```text\nalpha   1.0\nbeta    2.0\n```" in text  # plain output fenced
+    assert "```text\nalpha   1.0\nbeta    2.0\n" in text  # plain output fenced
     assert "![pic.png](figures/pic.png)" in text
     assert "**failed (exit 1)**" in text and "boom: no data" in text
     assert "`experiments/absent.py` does not exist" in text
@@ -68,3 +69,4 @@ def test_only_runs_the_selected_script(run_all, tmp_path) -> None:
 def test_quick_is_not_passed_to_scripts_without_it(run_all) -> None:
     o = run_all.run_experiment(run_all.EXPERIMENTS[1], quick=True, timeout_s=60)
     assert o.returncode == 0 and "--quick" not in o.command
+    assert "['--runs', '2']" in o.stdout  # only the quick_args the script defines
