@@ -68,7 +68,7 @@ def test_delays_alone_expose_the_race(wait_index):
     gm, inputs = fork_join(streams=3, depth=1, size=16)
     expected = gm(*inputs)
     broken = _without(gm, wait_index)
-    config = SanitizerConfig(seed=11, happens_before=False)
+    config = SanitizerConfig(seed=11, happens_before=False, hold_s=0.02)
     with ThreadsRunner(broken, sanitize=config) as runner:
         detected, kinds = _detections(runner, inputs, expected, RUNS_BROKEN)
     assert detected >= 0.95 * RUNS_BROKEN, kinds
