@@ -22,6 +22,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=Path, help="table file to write")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per op (default 5)")
     p.add_argument("--repeat", type=int, default=30, help="timed runs per op (default 30)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads while measuring (CPU; default: torch's "
+                        "current setting). Use 1 on a shared or loaded machine, and plan "
+                        "with the same setting")
     p.add_argument("--merge", action="store_true",
                    help="merge into an existing --out table (new measurements win)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -51,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
             model = model.to(device)
         graphs += capture_graphs(model, _to(inputs, device))
     table = calibrate_graphs(graphs, device, args.warmup, args.repeat,
-                             progress=not args.no_progress, models=args.model_spec)
+                             progress=not args.no_progress, models=args.model_spec,
+                             threads=args.threads)
     if existing is not None:
         table = existing.merged(table)
     table.save(args.out)

@@ -45,6 +45,8 @@ from autostream.cost.timing import available_device, make_timer
 
 #: target wall time of each contention measurement (us); keeps calibration quick
 CONTENTION_TARGET_US = 3000.0
+#: timing passes over all ops (samples of one op are spread over time; see _time_rounds)
+ROUNDS = 10
 
 
 @dataclass(frozen=True)
@@ -132,57 +134,115 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def measure_op(case: OpCase, device: torch.device, timer: Any, warmup: int, repeat: int,
-               seed: int = 0) -> Entry:
-    """Time one op signature; raises on any failure (the caller turns it into a skip)."""
+def _runners(case: OpCase, device: torch.device, seed: int
+             ) -> tuple[Callable[[], object], Callable[[], object]]:
+    """Two independent closures running the op on their own random inputs."""
     gen = torch.Generator().manual_seed(seed)
+    target = case.target
     args, kwargs = make_inputs(case.sig, device, gen)
     args2, kwargs2 = make_inputs(case.sig, device, gen)
-    target = case.target
+    return (lambda: target(*args, **kwargs)), (lambda: target(*args2, **kwargs2))
 
-    def run() -> object:
-        return target(*args, **kwargs)
 
-    def run2() -> object:
-        return target(*args2, **kwargs2)
+@dataclass
+class _Job:
+    index: int
+    case: OpCase
+    run: Callable[[], object]
+    run2: Callable[[], object]
+    times: list[float]
 
-    times = timer.samples(run, warmup, repeat)
+
+def _prepare(cases: Sequence[OpCase], device: torch.device, seed: int
+             ) -> tuple[list[_Job], list[Skipped]]:
+    jobs, skipped = [], []
+    for i, case in enumerate(cases):
+        reason = _skip_reason(case)
+        if reason is None:
+            try:
+                run, run2 = _runners(case, device, seed + i)
+                run()  # a trial call: ops that cannot run fail here, before any timing
+                jobs.append(_Job(i, case, run, run2, []))
+                continue
+            except Exception as exc:  # noqa: BLE001 - any op failure is a listed skip
+                reason = f"failed on {device.type}: {_first_line(exc)}"
+        skipped.append(Skipped(case.sig.op, case.sig.key, reason))
+    return jobs, skipped
+
+
+def _time_rounds(jobs: list[_Job], timer: Any, warmup: int, repeat: int, rounds: int,
+                 tick: Callable[[str], None]) -> list[Skipped]:
+    """Collect ``repeat`` samples per job in ``rounds`` interleaved passes over all jobs,
+    so that a burst of load from elsewhere spreads over many ops instead of biasing one."""
+    per = max(1, math.ceil(repeat / rounds))
+    failed: list[Skipped] = []
+    for r in range(rounds):
+        for job in list(jobs):
+            tick(job.case.sig.op)
+            try:
+                job.times += timer.samples(job.run, warmup if r == 0 else 1, per)
+            except Exception as exc:  # noqa: BLE001
+                jobs.remove(job)
+                failed.append(Skipped(job.case.sig.op, job.case.sig.key,
+                                      f"failed while timing: {_first_line(exc)}"))
+    return failed
+
+
+def time_ops(cases: Sequence[OpCase], device: torch.device, timer: Any, warmup: int = 5,
+             repeat: int = 30, rounds: int = ROUNDS, seed: int = 0) -> dict[int, list[float]]:
+    """Per-call times (us) of each runnable case (by index in ``cases``), no share."""
+    jobs, _ = _prepare(cases, device, seed)
+    with torch.no_grad():
+        _time_rounds(jobs, timer, warmup, repeat, rounds, lambda op: None)
+    return {j.index: j.times for j in jobs}
+
+
+def _entry(job: _Job, timer: Any) -> Entry:
+    times = job.times
     median = statistics.median(times)
     spread = _quantile(times, 0.75) - _quantile(times, 0.25) if len(times) > 1 else 0.0
     n = int(min(200, max(2, math.ceil(CONTENTION_TARGET_US / max(median, 1e-3)))))
     ratios = []
     for _ in range(3):
-        alone, together = timer.contention(run, run2, n)
+        alone, together = timer.contention(job.run, job.run2, n)
         ratios.append(together / alone if alone > 0 else 1.0)
     slowdown = statistics.median(ratios)
+    sig = job.case.sig
     return Entry(
-        op=case.sig.op, signature=case.sig.key, dtype=dtype_short(case.sig.dtype),
-        flops=case.sig.flops, bytes=case.sig.bytes, median_us=round(median, 4),
+        op=sig.op, signature=sig.key, dtype=dtype_short(sig.dtype),
+        flops=sig.flops, bytes=sig.bytes, median_us=round(median, 4),
         spread_us=round(spread, 4), samples=len(times),
         share=round(min(1.0, max(0.0, slowdown / 2)), 4), slowdown=round(slowdown, 4),
-        flop_formula=case.sig.has_flop_formula,
+        flop_formula=sig.has_flop_formula,
     )
 
 
 def calibrate_ops(cases: Sequence[OpCase], device: torch.device, timer: Any, warmup: int = 5,
-                  repeat: int = 30, progress: bool = True
+                  repeat: int = 30, progress: bool = True, rounds: int = ROUNDS, seed: int = 0
                   ) -> tuple[list[Entry], list[Skipped]]:
-    """Measure every case; failures become :class:`Skipped` with their reason."""
+    """Measure every case (time, then device share); failures become :class:`Skipped`
+    with their reason, in case order."""
     from tqdm import tqdm
 
-    entries, skipped = [], []
-    bar = tqdm(cases, desc="calibrate", unit="op", disable=not progress, file=sys.stderr,
-               dynamic_ncols=True)
-    for i, case in enumerate(bar):
-        bar.set_postfix_str(case.sig.op, refresh=False)
-        reason = _skip_reason(case)
-        if reason is None:
+    jobs, skipped = _prepare(cases, device, seed)
+    bar = tqdm(total=len(jobs) * (rounds + 1), desc="calibrate", unit="step",
+               disable=not progress, file=sys.stderr, dynamic_ncols=True)
+
+    def tick(op: str) -> None:
+        bar.set_postfix_str(op, refresh=False)
+        bar.update()
+
+    entries = []
+    with torch.no_grad():
+        skipped += _time_rounds(jobs, timer, warmup, repeat, rounds, tick)
+        for job in jobs:
+            tick(job.case.sig.op)
             try:
-                entries.append(measure_op(case, device, timer, warmup, repeat, seed=i))
-                continue
-            except Exception as exc:  # noqa: BLE001 - any op failure is a listed skip
-                reason = f"failed on {device.type}: {_first_line(exc)}"
-        skipped.append(Skipped(case.sig.op, case.sig.key, reason))
+                entries.append(_entry(job, timer))
+            except Exception as exc:  # noqa: BLE001
+                skipped.append(Skipped(job.case.sig.op, job.case.sig.key,
+                                       f"failed while measuring contention: {_first_line(exc)}"))
+    bar.close()
     return entries, skipped
 
 
@@ -256,15 +316,31 @@ def _to(v: Any, device: torch.device) -> Any:
 
 def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch.device = "cpu",
                      warmup: int = 5, repeat: int = 30, measure_device: bool = True,
-                     progress: bool = True, models: Sequence[str] = ()) -> CostTable:
-    """A :class:`CostTable` for the op signatures of ``graphs`` measured on ``device``."""
+                     progress: bool = True, models: Sequence[str] = (),
+                     threads: int | None = None) -> CostTable:
+    """A :class:`CostTable` for the op signatures of ``graphs`` measured on ``device``.
+
+    ``threads`` sets torch's intra-op thread count while measuring (CPU); the table
+    records it.  On a loaded machine one thread gives far steadier numbers.
+    """
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return calibrate_graphs(graphs, device, warmup, repeat, measure_device, progress,
+                                    models, None)
+        finally:
+            torch.set_num_threads(before)
     dev = device if isinstance(device, torch.device) else available_device(device)
     timer = make_timer(dev)
     name = device_name(dev)
     cases = collect_ops(graphs)
     entries, skipped = calibrate_ops(cases, dev, timer, warmup, repeat, progress)
     if measure_device:
-        profile = measure_profile(dev, timer, name)
+        with torch.no_grad():
+            profile = measure_profile(dev, timer, name)
     else:
         profile = DeviceProfile(name=name, kind=dev.type, origin="measured",
                                 peak_flops=dict(GENERIC_CPU.peak_flops),
@@ -279,6 +355,7 @@ def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "settings": {"warmup": warmup, "repeat": repeat,
                      "contention_target_us": CONTENTION_TARGET_US,
+                     "rounds": ROUNDS,
                      "device_profile": "measured" if measure_device else "generic defaults"},
         "models": sorted(set(models)),
     }
@@ -289,7 +366,7 @@ def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch
 def calibrate_model(model: torch.nn.Module, example_inputs: Sequence[Any],
                     device: str | torch.device = "cpu", warmup: int = 5, repeat: int = 30,
                     measure_device: bool = True, progress: bool = True,
-                    models: Sequence[str] = ()) -> CostTable:
+                    models: Sequence[str] = (), threads: int | None = None) -> CostTable:
     """Capture ``model``'s post-grad graphs on ``device`` and calibrate their ops."""
     from autostream.capture import capture_graphs
 
@@ -297,4 +374,5 @@ def calibrate_model(model: torch.nn.Module, example_inputs: Sequence[Any],
     if dev.type != "cpu" and isinstance(model, torch.nn.Module):
         model = model.to(dev)
     graphs = capture_graphs(model, _to(tuple(example_inputs), dev))
-    return calibrate_graphs(graphs, dev, warmup, repeat, measure_device, progress, models)
+    return calibrate_graphs(graphs, dev, warmup, repeat, measure_device, progress, models,
+                            threads)

@@ -187,6 +187,15 @@ class _Hinter:
         return TensorSpec(shape, t.dtype, stride)
 
 
+def tensor_spec(t: torch.Tensor) -> TensorSpec:
+    """The :class:`TensorSpec` of a (fake or real) tensor, symbolic sizes hinted.
+
+    >>> tensor_spec(torch.ones(2, 3).t()).text()
+    'f32[3, 2]T'
+    """
+    return _Hinter().spec(t)
+
+
 def _encode(v: Any, h: _Hinter) -> Any:
     if isinstance(v, torch.fx.Node):
         return _encode(v.meta.get("val", v.meta.get("example_value")), h)

@@ -1,0 +1,164 @@
+"""CostModel lookup chain: free ops, exact hits, scaling, roofline, symbolic shapes."""
+
+from __future__ import annotations
+
+import operator
+import time
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from autostream.cost import CostModel, CostTable, Entry, OpCost, node_signature, source_breakdown
+from autostream.cost.profile import GENERIC_CPU
+
+
+def calls(fn, *inputs, mode="fake"):
+    gm = make_fx(fn, tracing_mode=mode)(*inputs)
+    return [n for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def first(fn, *inputs, target=None, mode="fake"):
+    nodes = calls(fn, *inputs, mode=mode)
+    return next(n for n in nodes if target is None or n.target == target)
+
+
+def mm_node(m, k, n, dtype=torch.float32):
+    return first(lambda a, b: a @ b, torch.ones(m, k, dtype=dtype), torch.ones(k, n, dtype=dtype))
+
+
+def entry_for(node, median, share=0.6) -> Entry:
+    sig = node_signature(node)
+    return Entry(op=sig.op, signature=sig.key, dtype="f32" if sig.dtype == torch.float32 else "bf16",
+                 flops=sig.flops, bytes=sig.bytes, median_us=median, spread_us=0.0, samples=3,
+                 share=share, flop_formula=sig.has_flop_formula)
+
+
+def model(*entries: Entry) -> CostModel:
+    dev = {"name": "t", "kind": "cpu", "origin": "measured"}
+    return CostModel(CostTable(device=dev, profile=GENERIC_CPU, entries=entries))
+
+
+def test_views_and_getitem_are_free():
+    def f(x):
+        y = x.view(4, 4).t().reshape(16).unsqueeze(0).expand(2, 16)[0]
+        return y.permute(0), torch.split(x, 8)[1], x.detach()
+
+    nodes = calls(f, torch.ones(16))
+    cm = model()
+    paid = [n.target for n in nodes if cm.estimate(n).source != "free"]
+    # reshape of a transposed view copies: that clone is real work, every other op is free
+    assert paid == [torch.ops.aten.clone.default]
+    free = [n for n in nodes if n.target not in paid]
+    assert all(cm.estimate(n) == OpCost(0.0, 0.0, "free") for n in free)
+    assert {operator.getitem, torch.ops.aten.detach.default} <= {n.target for n in free}
+
+
+def test_exact_hit_returns_the_measured_time_and_share():
+    node = mm_node(8, 16, 32)
+    cm = model(entry_for(node, 123.0, share=0.8))
+    assert cm.estimate(node) == OpCost(123.0, 0.8, "exact")
+
+
+def test_scaled_from_one_reference_grows_with_flops():
+    ref = mm_node(8, 16, 32)
+    cm = model(entry_for(ref, 105.0))
+    big, small = cm.estimate(mm_node(16, 16, 32)), cm.estimate(mm_node(4, 16, 32))
+    assert big.source == small.source == "scaled"
+    # twice the FLOPs: the part above the launch overhead doubles
+    lo = GENERIC_CPU.launch_overhead_us
+    assert big.duration_us == pytest.approx(lo + 2 * (105.0 - lo))
+    assert small.duration_us == pytest.approx(lo + 0.5 * (105.0 - lo))
+    assert "aten" not in big.note or "FLOPs" in big.note
+
+
+def test_scaled_interpolates_between_bracketing_references():
+    a, b = mm_node(8, 16, 32), mm_node(32, 16, 32)
+    cm = model(entry_for(a, 10.0, share=0.4), entry_for(b, 40.0, share=0.8))
+    mid = cm.estimate(mm_node(16, 16, 32))  # 1/3 of the way from a to b in FLOPs
+    assert mid.source == "scaled"
+    assert mid.duration_us == pytest.approx(20.0)
+    assert mid.share == pytest.approx(0.4 + 0.4 / 3)
+
+
+def test_elementwise_ops_scale_by_bytes():
+    ref = first(lambda x: x.relu(), torch.ones(100))
+    cm = model(entry_for(ref, 25.0))
+    est = cm.estimate(first(lambda x: x.relu(), torch.ones(400)))
+    assert est.source == "scaled" and "bytes" in est.note
+    assert est.duration_us > 25.0
+
+
+def test_other_dtype_or_unknown_op_falls_back_to_roofline():
+    cm = model(entry_for(mm_node(8, 16, 32), 50.0))
+    bf = cm.estimate(mm_node(8, 16, 32, dtype=torch.bfloat16))
+    assert bf.source == "roofline"
+    add = cm.estimate(first(lambda x: x + 1, torch.ones(64)))
+    assert add.source == "roofline" and add.duration_us >= GENERIC_CPU.launch_overhead_us
+
+
+def test_roofline_is_monotone_in_work_and_uses_the_device_profile():
+    cm = model()
+    small, big = cm.estimate(mm_node(8, 64, 64)), cm.estimate(mm_node(256, 64, 64))
+    assert big.duration_us > small.duration_us > 0
+    h200 = CostModel.load("h200")
+    assert h200.estimate(mm_node(256, 64, 64)).duration_us < big.duration_us
+
+
+def test_symbolic_shapes_use_hints_and_match_concrete_signatures():
+    sym = first(lambda a, b: a @ b, torch.ones(8, 16), torch.ones(16, 32), mode="symbolic",
+                target=torch.ops.aten.mm.default)
+    concrete = mm_node(8, 16, 32)
+    assert node_signature(sym).key == node_signature(concrete).key
+    cm = model(entry_for(concrete, 77.0))
+    assert cm.estimate(sym) == OpCost(77.0, 0.6, "exact")
+
+
+def test_size_without_hint_falls_back_to_roofline_and_says_so():
+    node = mm_node(8, 16, 32)
+    sig = node_signature(node)
+    from dataclasses import replace
+    approx = replace(sig, approximate=True)
+    cm = model(entry_for(node, 77.0))
+    est = cm.estimate_signature(approx)
+    assert est.source == "roofline" and "hint" in est.note
+
+
+def test_odd_nodes_never_crash():
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    weird = g.call_function(torch.ops.aten.relu.default, (x,))  # no meta["val"] anywhere
+    g.output(weird)
+    cm = model()
+    assert cm.estimate(weird).source == "roofline"
+    assert cm.estimate(x).source == "free"
+
+
+def test_source_breakdown_weights_by_predicted_time():
+    b = source_breakdown([OpCost(6, 1, "exact"), OpCost(3, 1, "scaled"), OpCost(1, 0, "roofline"),
+                          OpCost(0, 0, "free")])
+    assert b.fraction("exact") == pytest.approx(0.6)
+    assert b.fraction("scaled") == pytest.approx(0.3)
+    assert b.counts == {"exact": 1, "scaled": 1, "roofline": 1, "free": 1}
+    assert "exact 60.0%" in str(b)
+    assert source_breakdown([]).fraction("exact") == 0.0
+
+
+def test_estimating_is_fast_and_deterministic():
+    def f(x):
+        for i in range(200):
+            x = (x * 1.5 + i).relu() @ torch.eye(8)
+        return x
+
+    nodes = calls(f, torch.ones(8, 8))
+    t0 = time.perf_counter()
+    first_pass = [CostModel.default().estimate(n) for n in nodes]
+    assert time.perf_counter() - t0 < 5.0 * len(nodes) / 1000  # >= 200 nodes/s even loaded
+    assert first_pass == [CostModel.default().estimate(n) for n in nodes]
+
+
+def test_default_and_device_level_costs():
+    cm = CostModel.default()
+    assert cm.sync_latency_us >= 0 and cm.launch_overhead_us >= 0 and cm.stream_switch_us >= 0
+    assert cm.table.device["kind"] == "cpu"
+    assert isinstance(cm.describe(), str) and cm.table.device["name"] in cm.describe()
