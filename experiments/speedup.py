@@ -12,6 +12,9 @@ the gap between it and autostream the overlap actually gained.
     python experiments/speedup.py --models two_branch_gemv_d8 --runs 40
     python experiments/speedup.py --no-inductor --cost-table cpu --json out.json
 
+The first row, ``probe_gemv_2x8``, runs a hand-written two-stream plan of two
+chains of 8 matmuls (16x1024 @ 1024x1024) on the threads runtime, planner aside.
+
 Columns: predicted = the plan's single-stream / multi-stream makespan (1.00 when the
 planner kept one stream); measured = baseline / autostream; error = measured /
 predicted - 1.
@@ -35,6 +38,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import autostream  # noqa: E402
+from autostream.runtime import make_runner  # noqa: E402
+from autostream.runtime.builder import two_chains  # noqa: E402
 from autostream.zoo import ZOO, random_dag_model, two_branch_gemv  # noqa: E402
 
 
@@ -124,6 +129,28 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
     )
 
 
+def measure_probe(args: argparse.Namespace, depth: int = 8) -> Row:
+    """The runtime alone, planner aside: a hand-written 2-stream plan of two GEMV chains.
+
+    Baseline: the same ops on one stream (the GraphModule's own code, and the
+    sequential runtime); Inductor is not involved (the graph is already ATen).
+    """
+    gm1, inputs = two_chains(depth=depth, rows=16, width=1024, streams=1)
+    gm2, _ = two_chains(depth=depth, rows=16, width=1024, streams=2)
+    seq = make_runner(gm1, "sequential")
+    threads = make_runner(gm2, "threads")
+    torch.testing.assert_close(threads(*inputs)[0], gm1(*inputs)[0])
+    medians = time_alternating({"eager": lambda: gm1(*inputs), "as_seq": lambda: seq(*inputs),
+                                "autostream": lambda: threads(*inputs)}, args.runs, args.warmup)
+    threads.close()
+    measured = medians["eager"] / medians["autostream"]
+    return Row(model=f"probe_gemv_2x{depth}", streams=2, eager_ms=medians["eager"] * 1e3,
+               inductor_ms=None, as_seq_ms=medians["as_seq"] * 1e3,
+               autostream_ms=medians["autostream"] * 1e3, baseline="eager",
+               predicted=float("nan"), measured=measured, error=float("nan"),
+               reason="hand-written 2-stream plan (no planner, no prediction)")
+
+
 def _tuple(x):
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
@@ -135,9 +162,10 @@ def print_table(rows: list[Row]) -> None:
     print("-" * len(head))
     for r in rows:
         ind = f"{r.inductor_ms:9.3f}" if r.inductor_ms is not None else f"{'-':>9}"
+        pred = f"{r.predicted:6.2f}" if r.predicted == r.predicted else f"{'n/a':>6}"
+        err = f"{r.error:+7.1%}" if r.error == r.error else f"{'n/a':>7}"
         print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {ind} {r.as_seq_ms:8.3f} "
-              f"{r.autostream_ms:9.3f} {r.baseline:>8} {r.predicted:6.2f} {r.measured:6.2f} "
-              f"{r.error:+7.1%}")
+              f"{r.autostream_ms:9.3f} {r.baseline:>8} {pred} {r.measured:6.2f} {err}")
     print("times: median ms per call; pred/meas: speed-up over the best single-stream variant")
 
 
@@ -152,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cost-table", help="cost table name or JSON path (default: planner's)")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile baseline")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--no-probe", action="store_true",
+                        help="skip the hand-written 2-stream GEMV probe (runtime alone)")
     args = parser.parse_args(argv)
     if args.runs < 20:
         parser.error("--runs must be >= 20 (the issue's protocol)")
@@ -164,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
           f"runtime={args.runtime}, max_streams={args.max_streams}, solver={args.solver}, "
           f"cost_table={args.cost_table or 'default'}", flush=True)
     rows = []
+    if not args.no_probe:
+        rows.append(measure_probe(args))
+        print(f"  {rows[-1].model}: {rows[-1].reason}", flush=True)
     for name in names:
         row = measure_model(name, table[name], args)
         rows.append(row)
