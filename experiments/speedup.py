@@ -11,6 +11,7 @@ the gap between it and autostream the overlap actually gained.
     python experiments/speedup.py                      # every zoo model + a deep GEMV pair
     python experiments/speedup.py --models two_branch_gemv_d8 --runs 40
     python experiments/speedup.py --no-inductor --cost-table cpu --json out.json
+    python experiments/speedup.py --device cuda --cost-table h200   # streams runtime
 
 The first row, ``probe_gemv_2x8``, runs a hand-written two-stream plan of two
 chains of 8 matmuls (16x1024 @ 1024x1024) on the threads runtime, planner aside.
@@ -66,14 +67,21 @@ class Row:
     reason: str
 
 
-def time_alternating(variants: dict[str, Callable[[], Any]], runs: int, warmup: int
-                     ) -> dict[str, float]:
+def _sync(device: torch.device | None) -> None:
+    if device is not None and device.type != "cpu":
+        torch.accelerator.synchronize()
+
+
+def time_alternating(variants: dict[str, Callable[[], Any]], runs: int, warmup: int,
+                     device: torch.device | None = None) -> dict[str, float]:
     """Median seconds of one call of each variant, the variants interleaved round by round."""
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(warmup + runs):
         for name, fn in variants.items():
+            _sync(device)
             t0 = time.perf_counter()
             fn()
+            _sync(device)
             dt = time.perf_counter() - t0
             if i >= warmup:
                 samples[name].append(dt)
@@ -87,6 +95,8 @@ def _compiled(model, backend) -> Callable[..., Any]:
 
 def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
     model, inputs = factory()
+    device = torch.device(args.device)
+    model, inputs = model.to(device), tuple(t.to(device) for t in inputs)
     options: dict[str, Any] = {"max_streams": args.max_streams, "solver": args.solver}
     if args.cost_table:
         options["cost_table"] = args.cost_table
@@ -109,7 +119,7 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
         as_fn, report = results[args.runtime]
         variants["as_seq"] = lambda: seq_fn(*inputs)
         variants["autostream"] = lambda: as_fn(*inputs)
-        medians = time_alternating(variants, args.runs, args.warmup)
+        medians = time_alternating(variants, args.runs, args.warmup, device)
     torch._dynamo.reset()
     singles = {k: medians[k] for k in ("eager", "inductor") if k in medians}
     baseline = min(singles, key=singles.get)
@@ -135,13 +145,16 @@ def measure_probe(args: argparse.Namespace, depth: int = 8) -> Row:
     Baseline: the same ops on one stream (the GraphModule's own code, and the
     sequential runtime); Inductor is not involved (the graph is already ATen).
     """
+    device = torch.device(args.device)
     gm1, inputs = two_chains(depth=depth, rows=16, width=1024, streams=1)
     gm2, _ = two_chains(depth=depth, rows=16, width=1024, streams=2)
+    inputs = tuple(t.to(device) for t in inputs)
     seq = make_runner(gm1, "sequential")
-    threads = make_runner(gm2, "threads")
+    threads = make_runner(gm2, args.runtime)
     torch.testing.assert_close(threads(*inputs)[0], gm1(*inputs)[0])
     medians = time_alternating({"eager": lambda: gm1(*inputs), "as_seq": lambda: seq(*inputs),
-                                "autostream": lambda: threads(*inputs)}, args.runs, args.warmup)
+                                "autostream": lambda: threads(*inputs)}, args.runs, args.warmup,
+                               device)
     threads.close()
     measured = medians["eager"] / medians["autostream"]
     return Row(model=f"probe_gemv_2x{depth}", streams=2, eager_ms=medians["eager"] * 1e3,
@@ -175,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runtime", default="auto", choices=("auto", "threads", "streams"))
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, npu... (default cpu)")
     parser.add_argument("--max-streams", type=int, default=2)
     parser.add_argument("--solver", default="heft")
     parser.add_argument("--cost-table", help="cost table name or JSON path (default: planner's)")
@@ -190,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in table]
     if unknown:
         parser.error(f"unknown model(s) {unknown}; choose from {sorted(table)}")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
+    print(f"torch {torch.__version__}, device {args.device}, "
+          f"{torch.get_num_threads()} intra-op threads, "
           f"runtime={args.runtime}, max_streams={args.max_streams}, solver={args.solver}, "
           f"cost_table={args.cost_table or 'default'}", flush=True)
     rows = []
