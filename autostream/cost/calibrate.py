@@ -174,13 +174,14 @@ def _time_rounds(jobs: list[_Job], timer: Any, warmup: int, repeat: int, rounds:
                  tick: Callable[[str], None]) -> list[Skipped]:
     """Collect ``repeat`` samples per job in ``rounds`` interleaved passes over all jobs,
     so that a burst of load from elsewhere spreads over many ops instead of biasing one."""
-    per = max(1, math.ceil(repeat / rounds))
+    rounds = max(1, min(rounds, repeat))
     failed: list[Skipped] = []
     for r in range(rounds):
+        per = repeat // rounds + (1 if r < repeat % rounds else 0)
         for job in list(jobs):
             tick(job.case.sig.op)
             try:
-                job.times += timer.samples(job.run, warmup if r == 0 else 1, per)
+                job.times += timer.samples(job.run, warmup if r == 0 else min(warmup, 1), per)
             except Exception as exc:  # noqa: BLE001
                 jobs.remove(job)
                 failed.append(Skipped(job.case.sig.op, job.case.sig.key,
@@ -225,6 +226,7 @@ def calibrate_ops(cases: Sequence[OpCase], device: torch.device, timer: Any, war
     from tqdm import tqdm
 
     jobs, skipped = _prepare(cases, device, seed)
+    rounds = max(1, min(rounds, repeat))
     bar = tqdm(total=len(jobs) * (rounds + 1), desc="calibrate", unit="step",
                disable=not progress, file=sys.stderr, dynamic_ncols=True)
 
@@ -256,8 +258,10 @@ def measure_profile(device: torch.device, timer: Any, name: str) -> DeviceProfil
     import time
 
     peaks = {}
-    n = 512 if device.type == "cpu" else 4096
     for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        # CPUs without native half-precision units run those dtypes ~50x slower: keep it short
+        n = 4096 if device.type != "cpu" else (384 if dtype in (torch.float32, torch.float64)
+                                                else 128)
         try:
             a = torch.randn(n, n, device=device).to(dtype)
             t = _median_call_us(lambda a=a: torch.mm(a, a), timer, 2, 5)
@@ -269,15 +273,19 @@ def measure_profile(device: torch.device, timer: Any, name: str) -> DeviceProfil
     y = torch.empty_like(x)
     t = _median_call_us(lambda: y.copy_(x), timer, 2, 7)
     bandwidth = 2 * x.numel() * x.element_size() / (t * 1e-6)
-    # launch overhead: the same dispatch path as the calibrated ops, on a 1-element tensor
+    # launch overhead: host time of one call of a 1-element op through the same dispatch
+    # path as the calibrated ops (median of single calls, no synchronisation)
     tiny = torch.ones(1, device=device)
     add = torch.ops.aten.add.Tensor
     timer.synchronize()
-    reps = 2000
-    t0 = time.perf_counter_ns()
-    for _ in range(reps):
+    for _ in range(20):
         add(tiny, tiny)
-    launch = (time.perf_counter_ns() - t0) / 1e3 / reps
+    clock, calls = time.perf_counter_ns, []
+    for _ in range(500):
+        t0 = clock()
+        add(tiny, tiny)
+        calls.append((clock() - t0) / 1e3)
+    launch = statistics.median(calls)
     timer.synchronize()
     return DeviceProfile(
         name=name, kind=device.type, origin="measured", peak_flops=peaks, bandwidth=bandwidth,

@@ -1,0 +1,173 @@
+"""Calibration: a tiny model into a valid table, merge, device share, skips, bad devices."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from autostream.cli import main
+from autostream.cost import CostModel, CostTable
+from autostream.cost.calibrate import OpCase, calibrate_ops, collect_ops, make_inputs
+from autostream.cost.timing import CpuTimer, available_device
+from autostream.modelspec import load_model_spec
+
+FAST = ["--warmup", "0", "--repeat", "2", "--no-progress"]
+
+MODEL_FILE = '''
+import torch
+
+def tiny():
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval(), (torch.randn(2, 8),)
+
+def other():
+    return torch.nn.Tanh(), (torch.randn(3, 5),)
+
+def not_a_pair():
+    return 42
+'''
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    p = tmp_path / "models.py"
+    p.write_text(MODEL_FILE)
+    return p
+
+
+def test_calibrate_command_writes_a_valid_table(tmp_path, spec_file, capsys):
+    out = tmp_path / "t.json"
+    assert main(["calibrate", f"{spec_file}:tiny", "--out", str(out), *FAST]) == 0
+    table = CostTable.load(out, expect_kind="cpu")
+    ops = {e.op for e in table.entries}
+    assert {"aten.addmm.default", "aten.relu.default"} <= ops
+    assert all(e.samples == 2 and e.median_us > 0 and 0 <= e.share <= 1 for e in table.entries)
+    assert table.profile.origin == "measured" and table.profile.peak_flops["f32"] > 0
+    assert table.device["settings"]["repeat"] == 2
+    assert "wrote" in capsys.readouterr().out
+    # the table's own signatures come back as exact hits
+    model, inputs = load_model_spec(f"{spec_file}:tiny")
+    from autostream.capture import capture_graphs
+    gm = capture_graphs(model, inputs)[0]
+    cm = CostModel.load(out)
+    sources = {cm.estimate(n).source for n in gm.graph.nodes if n.op == "call_function"}
+    assert "exact" in sources and "roofline" not in sources and "scaled" not in sources
+
+
+def test_merge_keeps_both_models(tmp_path, spec_file):
+    out = tmp_path / "t.json"
+    assert main(["calibrate", f"{spec_file}:tiny", "--out", str(out), *FAST]) == 0
+    assert main(["calibrate", f"{spec_file}:other", "--out", str(out), "--merge", *FAST]) == 0
+    table = CostTable.load(out)
+    ops = {e.op for e in table.entries}
+    assert {"aten.addmm.default", "aten.tanh.default"} <= ops
+    assert len(table.device["models"]) == 2
+    # without --merge the file is replaced
+    assert main(["calibrate", f"{spec_file}:other", "--out", str(out), *FAST]) == 0
+    assert "aten.addmm.default" not in {e.op for e in CostTable.load(out).entries}
+
+
+def test_merge_into_a_table_for_another_device_fails_clearly(tmp_path, spec_file, capsys):
+    out = tmp_path / "t.json"
+    out.write_text(open(CostModel.load("h200").table.source).read())
+    assert main(["calibrate", f"{spec_file}:tiny", "--out", str(out), "--merge", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "device.kind" in err and str(out) in err
+
+
+@pytest.mark.parametrize("device", ["cuda", "npu"])
+def test_unavailable_device_is_a_clear_error(tmp_path, spec_file, capsys, device):
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    if device == "npu":
+        try:
+            import torch_npu  # noqa: F401
+            pytest.skip("torch_npu is installed")
+        except ImportError:
+            pass
+    out = tmp_path / "t.json"
+    assert main(["calibrate", f"{spec_file}:tiny", "--device", device, "--out", str(out), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert f"'{device}' is not available" in err and "--device cpu" in err
+    assert not out.exists()
+    with pytest.raises(RuntimeError, match="not available"):
+        available_device(device)
+
+
+def test_bad_model_specs(spec_file):
+    with pytest.raises(ValueError, match="module.path:function"):
+        load_model_spec("no_colon_here")
+    with pytest.raises(ValueError, match="no callable 'missing'"):
+        load_model_spec(f"{spec_file}:missing")
+    with pytest.raises(ValueError, match=r"\(model, example_inputs\)"):
+        load_model_spec(f"{spec_file}:not_a_pair")
+    with pytest.raises(FileNotFoundError):
+        load_model_spec("nowhere/models.py:tiny")
+    model, inputs = load_model_spec("autostream.zoo:article_model")
+    assert isinstance(model, torch.nn.Module) and isinstance(inputs, tuple)
+
+
+@torch.library.custom_op("autostream_test::boom", mutates_args=())
+def _boom(x: torch.Tensor) -> torch.Tensor:
+    raise RuntimeError("boom: this kernel cannot run")
+
+
+@_boom.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def test_ops_that_cannot_run_are_skipped_with_a_reason():
+    gm = make_fx(lambda x: torch.ops.autostream_test.boom(x).relu() + 1,
+                 tracing_mode="fake")(torch.ones(4))
+    cases = collect_ops([gm])
+    relu = next(c for c in cases if c.sig.op == "aten.relu.default")
+    data_dep = OpCase(replace(relu.sig, key="f32[u0]", approximate=True), relu.target)
+    not_aten = OpCase(replace(relu.sig, op="my.fn", key="f32[4]"), lambda x: x)
+    entries, skipped = calibrate_ops([*cases, data_dep, not_aten], torch.device("cpu"),
+                                     CpuTimer(scrub_bytes=0), warmup=0, repeat=2, progress=False)
+    reasons = {s.op: s.reason for s in skipped}
+    assert "boom: this kernel cannot run" in reasons["autostream_test.boom.default"]
+    assert "failed on cpu" in reasons["autostream_test.boom.default"]
+    assert "data-dependent" in reasons["aten.relu.default"]
+    assert "not an ATen op overload" in reasons["my.fn"]
+    assert {e.op for e in entries} == {"aten.relu.default", "aten.add.Tensor"}
+
+
+class FakeTimer:
+    """Scripted timings: alone vs together gives a chosen slowdown."""
+
+    kind = "cpu"
+
+    def __init__(self, slowdown: float) -> None:
+        self.slowdown = slowdown
+
+    def samples(self, fn, warmup, repeat):
+        fn()
+        return [10.0, 12.0, 11.0][:repeat] or [10.0]
+
+    def contention(self, fn, fn2, n):
+        return 100.0, 100.0 * self.slowdown
+
+    def synchronize(self):
+        pass
+
+
+@pytest.mark.parametrize("slowdown, share", [(2.0, 1.0), (1.5, 0.75), (1.0, 0.5), (3.0, 1.0)])
+def test_device_share_reproduces_the_measured_pair_slowdown(slowdown, share):
+    gm = make_fx(lambda x: x.relu(), tracing_mode="fake")(torch.ones(4))
+    (entry,), _ = calibrate_ops(collect_ops([gm]), torch.device("cpu"), FakeTimer(slowdown),
+                                warmup=0, repeat=3, progress=False, rounds=1)
+    assert entry.share == pytest.approx(share)
+    assert entry.slowdown == pytest.approx(slowdown)
+    assert entry.median_us == 11.0 and entry.spread_us == pytest.approx(1.0)
+
+
+def test_inputs_follow_the_signature_including_strides():
+    gm = make_fx(lambda a, b: a @ b.t(), tracing_mode="fake")(torch.ones(2, 3), torch.ones(4, 3))
+    (case,) = collect_ops([gm])
+    (a, b), _ = make_inputs(case.sig, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert a.shape == (2, 3) and b.shape == (3, 4) and not b.is_contiguous()
+    assert case.sig.key == "f32[2, 3], f32[3, 4]T"
