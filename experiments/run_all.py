@@ -3,7 +3,8 @@
 Each experiment script runs as its own subprocess (``--quick`` is passed through to
 the scripts that accept it, smaller run counts to the others); its standard output becomes one section of
 ``RESULTS.md``: kept as markdown when it prints markdown tables, fenced as text
-otherwise.  Figures a script writes into ``experiments/figures/`` during its run
+otherwise.  With ``--only``, the other experiments keep their sections from the
+previous ``RESULTS.md`` (marked "earlier run").  Figures a script writes into ``experiments/figures/`` during its run
 and does not link itself are linked under its section.  A missing script is listed
 as not run; a failing one gets its error tail, and ``run_all`` exits 1.
 
@@ -50,7 +51,7 @@ EXPERIMENTS = (
                ("--repeat", "5")),
     Experiment("speedup.py", "Measured speed-up",
                "Single stream versus autostream, measured, next to the predicted speed-up.",
-               ("--runs", "5", "--warmup", "2")),
+               ("--runs", "20", "--warmup", "3")),
 )
 
 
@@ -64,6 +65,17 @@ class Outcome:
     stderr: str
     figures: tuple[str, ...]
     skipped: bool = False  # not selected by --only
+    kept: tuple[str, str] | None = None  # (status, section) from the previous RESULTS.md
+
+    @property
+    def status(self) -> str:
+        if self.kept is not None:
+            return f"{self.kept[0]} (earlier run)"
+        if self.skipped:
+            return "not run (--only)"
+        if self.returncode is None:
+            return "not run (missing)"
+        return "ok" if self.returncode == 0 else f"failed ({self.returncode})"
 
 
 def defines_option(path: Path, option: str) -> bool:
@@ -119,7 +131,32 @@ def is_markdown(text: str) -> bool:
     return re.search(r"^\|?\s*:?-{3,}:?\s*\|", text, flags=re.M) is not None
 
 
+_MARK = re.compile(r"^<!-- experiment: (\S+) \| (.*?) \| (\d+) s -->$", re.M)
+
+
+def previous_sections(path: Path) -> dict[str, tuple[str, str, int]]:
+    """script -> (status, section text, seconds) of an earlier ``RESULTS.md``."""
+    if not path.is_file():
+        return {}
+    text = path.read_text()
+    marks = list(_MARK.finditer(text))
+    out = {}
+    for i, m in enumerate(marks):
+        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
+        body = text[m.end():end].strip("\n")
+        out[m.group(1)] = (m.group(2).removesuffix(" (earlier run)"), body, int(m.group(3)))
+    return out
+
+
 def section(o: Outcome) -> str:
+    exp = o.experiment
+    mark = f"<!-- experiment: {exp.script} | {o.status} | {o.seconds:.0f} s -->"
+    if o.kept is not None:
+        return f"{mark}\n{o.kept[1]}\n"
+    return f"{mark}\n{_section_body(o)}"
+
+
+def _section_body(o: Outcome) -> str:
     exp = o.experiment
     lines = [f"## {exp.title}", "", exp.about, ""]
     if o.skipped:
@@ -169,9 +206,7 @@ def render(outcomes: list[Outcome], quick: bool) -> str:
         "|---|---|---|---:|",
     ]
     for o in outcomes:
-        status = ("not run (--only)" if o.skipped else "not run (missing)" if o.returncode is None
-                  else "ok" if o.returncode == 0 else f"failed ({o.returncode})")
-        head.append(f"| {o.experiment.title} | `{o.experiment.script}` | {status} "
+        head.append(f"| {o.experiment.title} | `{o.experiment.script}` | {o.status} "
                     f"| {o.seconds:.0f} |")
     return "\n".join(head) + "\n\n" + "\n".join(section(o) for o in outcomes)
 
@@ -180,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Rerun every experiment; regenerate RESULTS.md.")
     ap.add_argument("--quick", action="store_true", help="pass --quick to the scripts")
     ap.add_argument("--only", nargs="*", default=None, metavar="SCRIPT",
-                    help="run only these scripts (the others are listed as not run)")
+                    help="run only these scripts; the others keep their sections from the "
+                    "previous RESULTS.md")
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds per script (default 1800, 600 with --quick)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="the markdown file to write")
@@ -190,10 +226,14 @@ def main(argv: list[str] | None = None) -> int:
         if name not in known:
             ap.error(f"unknown experiment {name!r}; known: {', '.join(sorted(known))}")
     timeout_s = args.timeout or (600.0 if args.quick else 1800.0)
+    previous = previous_sections(args.out)
     outcomes = []
     for exp in EXPERIMENTS:
         if args.only is not None and exp.script not in args.only:
-            outcomes.append(Outcome(exp, [], None, 0.0, "", "", (), skipped=True))
+            old = previous.get(exp.script)
+            kept = (old[0], old[1]) if old and not old[0].startswith("not run") else None
+            outcomes.append(Outcome(exp, [], None, float(old[2]) if kept and old else 0.0,
+                                    "", "", (), skipped=True, kept=kept))
             continue
         outcomes.append(run_experiment(exp, args.quick, timeout_s))
     args.out.write_text(render(outcomes, args.quick))

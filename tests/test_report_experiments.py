@@ -56,12 +56,20 @@ def test_run_all_writes_sections_links_figures_and_reports_failures(run_all, tmp
         assert text.count(title) == 1
 
 
-def test_only_runs_the_selected_script(run_all, tmp_path) -> None:
+def test_only_runs_the_selected_script_and_keeps_earlier_sections(run_all, tmp_path) -> None:
     out = tmp_path / "RESULTS.md"
     assert run_all.main(["--only", "text.py", "--out", str(out)]) == 0
     text = out.read_text()
     assert "alpha   1.0" in text and "| quick |" not in text
-    assert text.count("not run (--only)") == 3
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ")]
+    assert sum("| not run (--only) |" in ln for ln in rows) == 3
+    (run_all.HERE / "text.py").write_text("print('gamma   3.0')\n")
+    assert run_all.main(["--only", "table.py", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| quick | False |" in text  # the new run
+    assert "alpha   1.0" in text and "gamma" not in text  # text.py's section kept, not rerun
+    assert "| Text | `text.py` | ok (earlier run) | 0 |" in text
+    assert text.count("## Text") == 1
     with pytest.raises(SystemExit):
         run_all.main(["--only", "nope.py", "--out", str(out)])
 
