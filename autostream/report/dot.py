@@ -20,8 +20,13 @@ from autostream.schedule import JOIN, Schedule, Sync
 
 
 def _q(name: object) -> str:
-    """A DOT double-quoted ID."""
-    return '"' + str(name).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A DOT double-quoted ID; a newline becomes DOT's ``\\n`` line break.
+
+    >>> print(_q('a"b' + chr(10) + 'c'))
+    "a\\"b\\nc"
+    """
+    text = str(name).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{text}"'
 
 
 def graph_dot(
@@ -55,7 +60,7 @@ def graph_dot(
         lines.append(f"  subgraph cluster_stream_{stream} {{")
         lines.append(f"    label={_q(stream_name(stream))}; style=rounded; color=\"#999999\";")
         for n in ops:
-            label = f"{n}\\n{kind[n]} {problem.duration(n):.1f} us"
+            label = f"{n}\n{kind[n]} {problem.duration(n):.1f} us"
             lines.append(f"    {_q(n)} [label={_q(label)}, fillcolor={_q(colours[kind[n]] + '55')}];")
         if stream == 0 and need_output:
             lines.append(f"    {_q(JOIN)} [shape=oval, style=solid];")
