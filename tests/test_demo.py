@@ -37,3 +37,48 @@ def test_demo_exits_0_prints_the_table_and_writes_pictures(tmp_path: Path) -> No
     assert png.stat().st_size > 10_000
     assert float(imread(png)[..., :3].std()) > 0.05
     assert (tmp_path / "demo" / "table.md").read_text().count("\n| ") >= 3
+
+
+def _args(tmp_path: Path, **kw):
+    import argparse
+
+    base = {"out": str(tmp_path / "demo"), "streams": 2, "solver": "heft", "time_limit": 0.2,
+            "repeats": 5, "no_run": False}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_demo_without_the_zoo_says_so_and_exits_0(tmp_path, monkeypatch, capsys) -> None:
+    import autostream.zoo
+    from autostream.commands import demo
+
+    monkeypatch.delattr(autostream.zoo, "moe_model")
+    assert demo.run(_args(tmp_path)) == 0
+    assert "demo unavailable" in capsys.readouterr().out
+
+
+def test_demo_without_runtime_or_cpsat_still_prints_the_table(tmp_path, monkeypatch,
+                                                               capsys) -> None:
+    import networkx as nx
+
+    import autostream.report.sources as sources
+    import autostream.runtime
+    from autostream.commands import demo
+    from autostream.problem import SchedulingProblem
+
+    g = nx.DiGraph([("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+    for i, n in enumerate("abcd"):
+        g.add_node(n, duration=[1.0, 5.0, 5.0, 1.0][i], share=0.2, order=i,
+                   kind="aten.mm.default")
+    problem = SchedulingProblem(g, streams=2)
+    monkeypatch.setattr(sources, "problem_from_model",
+                        lambda *a, **k: sources.Source(problem, "stub"))
+    monkeypatch.delattr(autostream.runtime, "make_runner", raising=False)
+    monkeypatch.setattr(demo, "DEMO_SOLVERS", ("single", "heft", "no_such_solver"))
+    monkeypatch.setitem(__import__("autostream.solvers").solvers.SOLVERS, "no_such_solver",
+                        "autostream.solvers.no_such_module:solve")
+    assert demo.run(_args(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "| heft | 2 | " in out and "| single | 1 | 0 | 12.0 |" in out
+    assert "not in this build: solver(s) no_such_solver" in out
+    assert "measured: skipped, the CPU threads runtime" in out
+    assert (tmp_path / "demo" / "heft_gantt.png").is_file()
