@@ -221,6 +221,21 @@ def test_table_lists_every_solver_with_gap_and_speedup() -> None:
     assert "failed: boom" in rows[-1]
 
 
+def test_table_shows_launch_overhead_column_when_asked() -> None:
+    problem = random_problem(6)
+    plain = markdown_table(plan_solvers(problem, ["single", "heft"]))
+    assert "launch overhead" not in plain
+    results = plan_solvers(problem, ["single", "heft"], launch_overhead_us=50.0)
+    rows = markdown_table(results).splitlines()
+    assert rows[0].endswith("| with launch overhead (us) |")
+    for r, row in zip(results, rows[2:], strict=True):
+        assert r.overhead_makespan >= r.schedule.makespan
+        assert row.endswith(f"| {r.overhead_makespan:,.1f} |")
+        assert row.count("|") == rows[0].count("|")
+    # 50 us per launch dominates: the host issues every op one after the other.
+    assert results[1].overhead_makespan >= 50.0 * problem.graph.number_of_nodes()
+
+
 def test_write_reports_writes_every_artifact(tmp_path) -> None:
     problem = random_problem(8)
     results = plan_solvers(problem, ["single", "heft"])

@@ -29,6 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cost-table", default=None, help="cost table name or path (models only)")
     p.add_argument("--time-limit", type=float, default=10.0,
                    help="seconds for solvers that search (cpsat); default 10")
+    p.add_argument("--launch-overhead", type=float, default=0.0,
+                   help="also replay every plan with this host launch cost per op, in us")
     p.add_argument("--sync-latency", type=float, default=None,
                    help="sync latency in us for .stg graphs (default: the file's, 0)")
     p.set_defaults(func=run)
@@ -45,7 +47,10 @@ def run(args: argparse.Namespace) -> int:
     solvers = parse_solvers(args.solvers)
     source = problem_from_spec(args.spec, args.streams, cost_table=args.cost_table,
                                time_limit=args.time_limit, sync_latency_us=args.sync_latency)
-    results = plan_solvers(source.problem, solvers, time_limit=args.time_limit)
+    if args.launch_overhead < 0:
+        raise ValueError(f"--launch-overhead must be >= 0 us, got {args.launch_overhead}")
+    results = plan_solvers(source.problem, solvers, time_limit=args.time_limit,
+                           launch_overhead_us=args.launch_overhead)
     files = write_reports(args.out, source.problem, results, title=source.title)
     print(files.table.read_text(), end="")
     for note in source.notes:

@@ -18,6 +18,8 @@ class SolverResult:
     plan_seconds: float = 0.0
     error: str | None = None
     note: str | None = None
+    #: simulated makespan with a host launch overhead per op (``simulate_plan``), if asked
+    overhead_makespan: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -46,7 +48,7 @@ def markdown_table(
 
     ``baseline`` is the single-stream time the speed-up is relative to (default:
     the ``single`` solver's makespan when present).  A proven-optimal makespan is
-    marked ``*``.
+    marked ``*``.  When any result has ``overhead_makespan``, a column shows it.
 
     >>> from autostream.schedule import Schedule
     >>> s = Schedule("single", {"a": 0}, ("a",), {"a": 0.0}, {"a": 4.0}, 4.0, 2.0)
@@ -58,20 +60,23 @@ def markdown_table(
     if baseline is None:
         baseline = next((r.schedule.makespan for r in results
                          if r.ok and r.solver == "single" and r.schedule is not None), None)
+    extra = any(r.overhead_makespan is not None for r in results)
     head = ("| solver | streams used | syncs | predicted makespan (us) | lower bound (us) | gap "
-            "| speed-up | plan time (s) |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|"]
+            "| speed-up | plan time (s) |" + (" with launch overhead (us) |" if extra else ""))
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if extra else "")]
     for r in results:
         s = r.schedule
         if s is None or r.error:
             reason = (r.error or "no plan").replace("|", "/").splitlines()[0][:80]
             lines.append(f"| {r.solver} | - | - | failed: {reason} | - | - | - "
-                         f"| {r.plan_seconds:.3f} |")
+                         f"| {r.plan_seconds:.3f} |" + (" - |" if extra else ""))
             continue
         star = "*" if s.optimal else ""
         speed = f"{baseline / s.makespan:.2f}x" if baseline and s.makespan > 0 else "-"
         lines.append(
             f"| {r.solver} | {s.streams_used} | {len(r.syncs)} | {_fmt_us(s.makespan)}{star} "
             f"| {_fmt_us(s.lower_bound)} | {fmt_pct(s.gap)} | {speed} | {r.plan_seconds:.3f} |"
+            + (f" {_fmt_us(r.overhead_makespan)} |" if r.overhead_makespan is not None
+               else " - |" if extra else "")
         )
     return "\n".join(lines)
