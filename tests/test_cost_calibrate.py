@@ -10,7 +10,13 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from autostream.cli import main
 from autostream.cost import CostModel, CostTable
-from autostream.cost.calibrate import OpCase, calibrate_ops, collect_ops, make_inputs
+from autostream.cost.calibrate import (
+    OpCase,
+    calibrate_graphs,
+    calibrate_ops,
+    collect_ops,
+    make_inputs,
+)
 from autostream.cost.timing import CpuTimer, available_device
 from autostream.modelspec import load_model_spec
 
@@ -46,6 +52,7 @@ def test_calibrate_command_writes_a_valid_table(tmp_path, spec_file, capsys):
     assert all(e.samples == 2 and e.median_us > 0 and 0 <= e.share <= 1 for e in table.entries)
     assert table.profile.origin == "measured" and table.profile.peak_flops["f32"] > 0
     assert table.device["settings"]["repeat"] == 2
+    assert all(e.timing == "graph" and e.isolated_us > 0 for e in table.entries)
     assert "wrote" in capsys.readouterr().out
     # the table's own signatures come back as exact hits
     model, inputs = load_model_spec(f"{spec_file}:tiny")
@@ -134,6 +141,12 @@ def test_ops_that_cannot_run_are_skipped_with_a_reason():
     assert "data-dependent" in reasons["aten.relu.default"]
     assert "not an ATen op overload" in reasons["my.fn"]
     assert {e.op for e in entries} == {"aten.relu.default", "aten.add.Tensor"}
+    # the whole graph cannot run either: its ops keep their isolated times, with a note
+    table = calibrate_graphs([gm], "cpu", warmup=0, repeat=2, measure_device=False,
+                             progress=False)
+    assert "could not run on random inputs" in table.device["notes"]
+    assert {e.timing for e in table.entries} == {"isolated"}
+    assert "autostream_test.boom.default" in {s.op for s in table.skipped}
 
 
 class FakeTimer:

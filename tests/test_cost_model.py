@@ -162,3 +162,16 @@ def test_default_and_device_level_costs():
     assert cm.sync_latency_us >= 0 and cm.launch_overhead_us >= 0 and cm.stream_switch_us >= 0
     assert cm.table.device["kind"] == "cpu"
     assert isinstance(cm.describe(), str) and cm.table.device["name"] in cm.describe()
+
+
+def test_scaling_prefers_references_of_the_same_family():
+    plain = mm_node(8, 16, 32)
+    trans = first(lambda a, b: a @ b.t(), torch.ones(8, 16), torch.ones(32, 16),
+                  target=torch.ops.aten.mm.default)
+    cm = model(entry_for(plain, 10.0), entry_for(trans, 100.0))
+    query = first(lambda a, b: a @ b.t(), torch.ones(16, 16), torch.ones(32, 16),
+                  target=torch.ops.aten.mm.default)
+    est = cm.estimate(query)
+    lo = GENERIC_CPU.launch_overhead_us
+    assert est.source == "scaled" and node_signature(trans).key in est.note
+    assert est.duration_us == pytest.approx(lo + 2 * (100.0 - lo))

@@ -26,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="torch intra-op threads while measuring (CPU; default: torch's "
                         "current setting). Use 1 on a shared or loaded machine, and plan "
                         "with the same setting")
+    p.add_argument("--isolated", action="store_true",
+                   help="keep each op's isolated time instead of its time inside the whole "
+                        "graph (the default measures both and uses the in-graph one)")
     p.add_argument("--merge", action="store_true",
                    help="merge into an existing --out table (new measurements win)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -56,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         graphs += capture_graphs(model, _to(inputs, device))
     table = calibrate_graphs(graphs, device, args.warmup, args.repeat,
                              progress=not args.no_progress, models=args.model_spec,
-                             threads=args.threads)
+                             threads=args.threads, in_graph=not args.isolated)
     if existing is not None:
         table = existing.merged(table)
     table.save(args.out)

@@ -3,7 +3,7 @@
 ``calibrate_model`` captures the post-grad ATen graphs of a model, collects the
 distinct op signatures, runs each on random tensors of those shapes (warm-up, then
 ``repeat`` timed runs), measures its device share by running a second copy
-concurrently, and measures the device profile (peak FLOP/s, bandwidth, launch,
+concurrently, times it again inside its whole graph (:mod:`autostream.cost.incontext`), and measures the device profile (peak FLOP/s, bandwidth, launch,
 record/wait and stream-switch costs).  Ops it cannot run are skipped with a reason.
 
 Device share: with ``alone`` the time of ``n`` calls alone and ``together`` the
@@ -31,7 +31,7 @@ import socket
 import statistics
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -248,6 +248,54 @@ def calibrate_ops(cases: Sequence[OpCase], device: torch.device, timer: Any, war
     return entries, skipped
 
 
+def graph_op_times(graphs: Sequence[torch.fx.GraphModule], device: torch.device,
+                   warmup: int = 3, repeat: int = 30, rounds: int = ROUNDS
+                   ) -> tuple[dict[tuple[str, str], list[float]], list[str]]:
+    """In-graph times (us) pooled per op signature, over ``repeat`` runs of each graph in
+    interleaved rounds; plus a note for each graph that could not run on random inputs."""
+    from autostream.cost.incontext import GraphTimer
+
+    timers, notes = [], []
+    for gi, gm in enumerate(graphs):
+        try:
+            timer = GraphTimer(gm, device, seed=gi)
+            timer.run(warmup, 1)
+        except Exception as exc:  # noqa: BLE001 - e.g. data-dependent control on random inputs
+            notes.append(f"graph {gi} could not run on random inputs ({_first_line(exc)}); "
+                         "its ops keep their isolated times")
+            continue
+        names = {}
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and not is_free_target(node.target):
+                sig = node_signature(node)
+                names[node.name] = (sig.op, sig.key)
+        timers.append((timer, names))
+    pooled: dict[tuple[str, str], list[float]] = {}
+    rounds = max(1, min(rounds, repeat))
+    for r in range(rounds):
+        per = repeat // rounds + (1 if r < repeat % rounds else 0)
+        for timer, names in timers:
+            for name, times in timer.run(1, per).items():
+                if name in names:
+                    pooled.setdefault(names[name], []).extend(times)
+    return pooled, notes
+
+
+def _with_graph_times(entries: list[Entry], pooled: dict[tuple[str, str], list[float]]
+                      ) -> list[Entry]:
+    out = []
+    for e in entries:
+        times = pooled.get(e.key)
+        if not times:
+            out.append(e)
+            continue
+        spread = _quantile(times, 0.75) - _quantile(times, 0.25) if len(times) > 1 else 0.0
+        out.append(replace(e, median_us=round(statistics.median(times), 4),
+                           spread_us=round(spread, 4), samples=len(times), timing="graph",
+                           isolated_us=e.median_us))
+    return out
+
+
 def _median_call_us(fn: Callable[[], object], timer: Any, warmup: int, repeat: int) -> float:
     return statistics.median(timer.samples(fn, warmup, repeat))
 
@@ -325,11 +373,13 @@ def _to(v: Any, device: torch.device) -> Any:
 def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch.device = "cpu",
                      warmup: int = 5, repeat: int = 30, measure_device: bool = True,
                      progress: bool = True, models: Sequence[str] = (),
-                     threads: int | None = None) -> CostTable:
+                     threads: int | None = None, in_graph: bool = True) -> CostTable:
     """A :class:`CostTable` for the op signatures of ``graphs`` measured on ``device``.
 
     ``threads`` sets torch's intra-op thread count while measuring (CPU); the table
     records it.  On a loaded machine one thread gives far steadier numbers.
+    ``in_graph`` replaces each entry's time by its time inside its graph (see
+    :mod:`autostream.cost.incontext`); the isolated time stays in ``isolated_us``.
     """
     if threads is not None:
         if threads < 1:
@@ -338,7 +388,7 @@ def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch
         torch.set_num_threads(threads)
         try:
             return calibrate_graphs(graphs, device, warmup, repeat, measure_device, progress,
-                                    models, None)
+                                    models, None, in_graph)
         finally:
             torch.set_num_threads(before)
     dev = device if isinstance(device, torch.device) else available_device(device)
@@ -346,6 +396,10 @@ def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch
     name = device_name(dev)
     cases = collect_ops(graphs)
     entries, skipped = calibrate_ops(cases, dev, timer, warmup, repeat, progress)
+    notes: list[str] = []
+    if in_graph:
+        pooled, notes = graph_op_times(graphs, dev, warmup, repeat)
+        entries = _with_graph_times(entries, pooled)
     if measure_device:
         with torch.no_grad():
             profile = measure_profile(dev, timer, name)
@@ -364,9 +418,12 @@ def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch
         "settings": {"warmup": warmup, "repeat": repeat,
                      "contention_target_us": CONTENTION_TARGET_US,
                      "rounds": ROUNDS,
-                     "device_profile": "measured" if measure_device else "generic defaults"},
+                     "device_profile": "measured" if measure_device else "generic defaults",
+                     "timing": "graph" if in_graph else "isolated"},
         "models": sorted(set(models)),
     }
+    if notes:
+        descriptor["notes"] = "; ".join(notes)
     return CostTable(device=descriptor, profile=profile, entries=tuple(entries),
                      skipped=tuple(skipped))
 
@@ -374,7 +431,8 @@ def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch
 def calibrate_model(model: torch.nn.Module, example_inputs: Sequence[Any],
                     device: str | torch.device = "cpu", warmup: int = 5, repeat: int = 30,
                     measure_device: bool = True, progress: bool = True,
-                    models: Sequence[str] = (), threads: int | None = None) -> CostTable:
+                    models: Sequence[str] = (), threads: int | None = None,
+                    in_graph: bool = True) -> CostTable:
     """Capture ``model``'s post-grad graphs on ``device`` and calibrate their ops."""
     from autostream.capture import capture_graphs
 
@@ -383,4 +441,4 @@ def calibrate_model(model: torch.nn.Module, example_inputs: Sequence[Any],
         model = model.to(dev)
     graphs = capture_graphs(model, _to(tuple(example_inputs), dev))
     return calibrate_graphs(graphs, dev, warmup, repeat, measure_device, progress, models,
-                            threads)
+                            threads, in_graph)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import math
 import os
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ class CostModel:
         by_op: dict[tuple[str, str], list[Entry]] = defaultdict(list)
         for e in table.entries:
             by_op[(e.op, e.dtype)].append(e)
+            by_op[(e.op, e.dtype, family(e.signature))].append(e)
         self._by_op = {k: sorted(v, key=lambda e: (_work(e), e.signature)) for k, v in by_op.items()}
         self._cache: dict[tuple[str, str], OpCost] = {}
 
@@ -144,7 +146,9 @@ class CostModel:
                       p.roofline_share(sig.flops, sig.bytes, dtype), "roofline", note)
 
     def _scaled(self, sig: OpSignature, dtype: str) -> OpCost | None:
-        refs = self._by_op.get((sig.op, dtype))
+        # prefer references of the same family (same ranks, layouts and non-tensor
+        # arguments: a 1x1 conv scales from 1x1 convs, not from 5x5 ones)
+        refs = self._by_op.get((sig.op, dtype, family(sig.key))) or self._by_op.get((sig.op, dtype))
         if not refs:
             return None
         by_flops = refs[0].flop_formula
@@ -167,6 +171,20 @@ class CostModel:
         ratio = work / _work(ref) if _work(ref) > 0 else 1.0
         t = fixed + (ref.median_us - fixed) * ratio
         return OpCost(t, ref.share, "scaled", f"scaled by {what} from ({ref.signature})")
+
+
+_TENSOR = re.compile(r"([A-Za-z][A-Za-z0-9_]*)\[([0-9, ]*)\]")
+
+
+def family(signature: str) -> str:
+    """A signature with tensor sizes replaced by ranks: entries of one family differ
+    only in sizes, so their times scale with the work.
+
+    >>> family("f32[8, 16], f32[16, 4]T, [1, 1]")
+    'f32[r2], f32[r2]T, [1, 1]'
+    """
+    return _TENSOR.sub(lambda m: f"{m.group(1)}[r{len(m.group(2).split(',')) if m.group(2) else 0}]",
+                       signature)
 
 
 def _work(e: Entry) -> float:

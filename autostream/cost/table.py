@@ -24,6 +24,8 @@ from autostream.cost.profile import GENERIC_CPU, KINDS, ORIGINS, DeviceProfile
 
 SCHEMA = "autostream.cost_table"
 VERSION = 1
+#: how an entry's median was measured: inside its whole graph, or the op alone in a loop
+TIMINGS = ("graph", "isolated")
 
 
 class TableError(ValueError):
@@ -50,6 +52,8 @@ class Entry:
     share: float
     slowdown: float = 1.0
     flop_formula: bool = False
+    timing: str = "isolated"
+    isolated_us: float | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -167,6 +171,9 @@ class CostTable:
                 share=v.unit(v.get(e, "share", f), f"{f}.share"),
                 slowdown=v.time(e.get("slowdown", 1.0), f"{f}.slowdown"),
                 flop_formula=bool(e.get("flop_formula", False)),
+                timing=v.choice(e.get("timing", "isolated"), f"{f}.timing", TIMINGS),
+                isolated_us=(None if e.get("isolated_us") is None
+                             else v.time(e["isolated_us"], f"{f}.isolated_us")),
             )
             if entry.key in seen:
                 raise TableError(source, f"{f}.signature",
