@@ -1,0 +1,142 @@
+"""The CP-SAT planner: never worse than a baseline, deterministic, optimal on STG, clear errors."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings
+
+from autostream.problem import SchedulingProblem
+from autostream.solvers import cpsat, solve
+from autostream.stg import read_optimal_csv, read_stg
+from tests.test_solvers import BASELINES, assert_valid, problems
+
+STG = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "stg"
+
+
+@settings(max_examples=25, deadline=None)
+@given(problems(max_nodes=8))
+def test_cpsat_is_valid_and_never_worse_than_any_baseline(problem):
+    s = solve(problem, "cpsat", time_limit=1.0)
+    assert s.solver == "cpsat"
+    assert_valid(problem, s)
+    for name in BASELINES:
+        assert s.makespan <= solve(problem, name).makespan + 1e-6, name
+    # never predicted slower than one stream, and a plan no faster comes back single
+    single = problem.single_stream_time()
+    assert s.makespan <= single + 1e-6
+    if s.makespan >= single - 1e-6:
+        assert s.streams_used <= 1
+
+
+@settings(max_examples=10, deadline=None)
+@given(problems(max_nodes=8))
+def test_cpsat_without_portfolio_still_beats_its_hint(problem):
+    s = solve(problem, "cpsat", time_limit=1.0, portfolio=False)
+    assert s.makespan <= solve(problem, "heft").makespan + 1e-6
+
+
+def _fork_join(width: int, share: float, latency: float = 0.0) -> SchedulingProblem:
+    g = nx.DiGraph()
+    g.add_node("src", duration=1.0, share=share, order=0)
+    g.add_node("dst", duration=1.0, share=share, order=width + 1)
+    for i in range(width):
+        g.add_node(f"b{i}", duration=5.0 + i, share=share, order=i + 1)
+        g.add_edges_from([("src", f"b{i}"), (f"b{i}", "dst")])
+    return SchedulingProblem(g, streams=4, sync_latency_us=latency)
+
+
+def test_cpsat_is_deterministic():
+    p = _fork_join(6, 0.4, latency=1.0)
+    a, b = solve(p, "cpsat", time_limit=1.0), solve(p, "cpsat", time_limit=1.0)
+    assert (a.stream_of, a.order, a.makespan) == (b.stream_of, b.order, b.makespan)
+
+
+def test_ops_that_saturate_the_device_stay_on_one_stream():
+    p = _fork_join(4, share=1.0)
+    s = solve(p, "cpsat", time_limit=1.0)
+    assert s.streams_used == 1
+    assert s.makespan == pytest.approx(p.single_stream_time())
+    assert s.stats["source"] == "single"
+
+
+def test_parallel_branches_without_contention_are_spread_and_proven_optimal():
+    p = _fork_join(4, share=0.0)
+    s = solve(p, "cpsat", time_limit=2.0)
+    assert s.streams_used == 4
+    assert s.makespan == pytest.approx(p.lower_bound()) == pytest.approx(10.0)
+    assert s.optimal and s.stats["status"] == "OPTIMAL"
+    assert s.stats["gap"] == pytest.approx(0.0)
+
+
+def test_sync_latency_keeps_short_branches_on_the_producer_stream():
+    # with a latency larger than the branches, going parallel cannot pay off
+    g = nx.DiGraph([("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+    nx.set_node_attributes(g, {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}, "duration")
+    p = SchedulingProblem(g, streams=2, sync_latency_us=5.0)
+    s = solve(p, "cpsat", time_limit=1.0)
+    assert s.streams_used == 1 and s.makespan == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("limit", [0, -1.0, "fast"])
+def test_time_limit_must_be_positive(limit):
+    with pytest.raises(ValueError, match="time_limit must be a number of seconds > 0"):
+        solve(_fork_join(2, 0.0), "cpsat", time_limit=limit)
+
+
+def test_bad_options_are_named():
+    with pytest.raises(ValueError, match="contention must be"):
+        solve(_fork_join(2, 0.0), "cpsat", contention="fluid")
+    with pytest.raises(ValueError, match="window must be an integer >= 2"):
+        solve(_fork_join(2, 0.0), "cpsat", window=1)
+
+
+def test_no_solution_in_time_warns_and_returns_the_warm_start(monkeypatch, caplog):
+    def nothing(*args, **kwargs):
+        return cpsat.CpResult("UNKNOWN", {}, {}, 0, 0, 0.0, 0.0)
+
+    monkeypatch.setattr(cpsat, "solve_window", nothing)
+    p = _fork_join(4, 0.0)
+    with caplog.at_level(logging.WARNING, logger="autostream"):
+        s = solve(p, "cpsat", time_limit=0.5)
+    assert "found no plan" in caplog.text
+    assert s.makespan == pytest.approx(solve(p, "heft").makespan)
+    assert not s.optimal
+
+
+def test_large_graphs_are_windowed_and_repeated_blocks_reused():
+    g = nx.DiGraph()
+    prev = None
+    for layer in range(6):  # identical layers: fork of 4 chains of 3, then a join
+        join = f"L{layer}.join"
+        g.add_node(join, duration=1.0, share=0.0, order=len(g))
+        for b in range(4):
+            last = prev
+            for k in range(3):
+                n = f"L{layer}.b{b}.{k}"
+                g.add_node(n, duration=2.0 + b, share=0.0, order=len(g))
+                if last is not None:
+                    g.add_edge(last, n)
+                last = n
+            g.add_edge(last, join)
+        prev = join
+    p = SchedulingProblem(g, streams=4)
+    s = solve(p, "cpsat", time_limit=2.0, window=8)
+    assert s.stats["windows"] > 1 and s.stats["window_reuses"] >= 3
+    assert s.stats["tasks"] < len(g)  # chains collapsed
+    assert_valid(p, s)
+    assert s.makespan == pytest.approx(p.lower_bound())  # each layer: its longest branch
+
+
+@pytest.mark.skipif(not STG.is_dir(), reason="STG benchmark not present")
+@pytest.mark.parametrize(("graph", "streams"), [("50/rand0000.stg", 2), ("50/rand0000.stg", 8),
+                                                ("100/rand0000.stg", 8)])
+def test_stg_instances_reach_the_proven_optimum(graph, streams):
+    optimum = read_optimal_csv(STG / "optimal.csv")[(graph, streams)]
+    p = read_stg(STG / graph, streams=streams)
+    s = solve(p, "cpsat", time_limit=5.0)
+    assert s.makespan == pytest.approx(optimum)
+    assert s.optimal and s.lower_bound == pytest.approx(optimum)

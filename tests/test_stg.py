@@ -1,0 +1,70 @@
+"""The STG reader: the benchmark files parse; malformed files name the line and field."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from autostream.stg import parse_stg, read_optimal_csv, read_stg
+
+STG = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "stg"
+needs_stg = pytest.mark.skipif(not STG.is_dir(), reason="STG benchmark not present")
+
+GOOD = "2\n0 0 0\n1 4 1 0\n2 3 1 0\n3 0 2 1 2\n# comment\n"
+
+
+def test_parse_builds_the_dag_with_times_in_microseconds():
+    p = parse_stg(GOOD, streams=2)
+    assert sorted(p.graph.edges) == [("0", "1"), ("0", "2"), ("1", "3"), ("2", "3")]
+    assert p.duration("1") == 4.0 and p.share("1") == 0.0
+    assert p.sync_latency_us == 0.0 and p.streams == 2
+    assert p.critical_path() == 4.0 and p.total_work() == 7.0
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field"),
+    [
+        ("2\n0 0 0\n1 x 1 0\n2 3 1 0\n3 0 2 1 2\n", 3, "time"),
+        ("2\n0 0 0\n1 -4 1 0\n2 3 1 0\n3 0 2 1 2\n", 3, "time"),
+        ("2\n0 0 0\n1 4 2 0\n2 3 1 0\n3 0 2 1 2\n", 3, "n_preds"),
+        ("2\n0 0 0\n1 4 1 0\n5 3 1 0\n3 0 2 1 2\n", 4, "id"),
+        ("2\n0 0 0\n1 4 1 0\n2 3 1 7\n3 0 2 1 2\n", 4, "pred[0]"),
+        ("2\n0 0 0\n1 4 1 0\n2 3 1 0\n3 0 2 1 q\n", 5, "pred[1]"),
+        ("two\n0 0 0\n", 1, "task count"),
+    ],
+)
+def test_malformed_files_name_the_line_and_the_field(text, line, field):
+    with pytest.raises(ValueError, match=re.escape(f"bad.stg:{line}: field '{field}'")):
+        parse_stg(text, name="bad.stg")
+
+
+def test_truncated_files_and_short_lines_are_reported():
+    with pytest.raises(ValueError, match="announces 2 tasks plus 2 dummies, but 3 task lines"):
+        parse_stg("2\n0 0 0\n1 4 1 0\n2 3 1 0\n", name="bad.stg")
+    with pytest.raises(ValueError, match="bad.stg:3: expected 'id time n_preds"):
+        parse_stg("2\n0 0 0\n1 4\n2 3 1 0\n3 0 2 1 2\n", name="bad.stg")
+    with pytest.raises(ValueError, match="empty file"):
+        parse_stg("# nothing\n", name="bad.stg")
+
+
+@needs_stg
+def test_every_benchmark_file_parses_and_matches_its_header(tmp_path):
+    files = sorted(STG.glob("*/*.stg"))
+    assert len(files) == 360
+    for f in files[::30]:
+        p = read_stg(f, streams=4)
+        first = int(f.read_text().split()[0])
+        assert len(p.graph) == first + 2  # plus the dummy entry and exit
+        assert p.duration("0") == 0.0 and p.duration(str(first + 1)) == 0.0
+    optimum = read_optimal_csv(STG / "optimal.csv")
+    assert len(optimum) == 1440
+    assert {k for _, k in optimum} == {2, 4, 8, 16}
+    for (graph, streams), value in list(optimum.items())[::97]:
+        p = read_stg(STG / graph, streams=streams)
+        assert p.lower_bound() <= value + 1e-9  # a proven optimum respects the bound
+    bad = tmp_path / "optimal.csv"
+    bad.write_text("graph,procs\n50/x.stg,2\n")
+    with pytest.raises(ValueError, match="missing column"):
+        read_optimal_csv(bad)
