@@ -1,0 +1,58 @@
+"""Scale benchmark: ``cpsat`` on synthetic decoder-style graphs of growing depth.
+
+The graphs come from ``decoder_graph.decoder_problem`` (158 ops per layer: a
+32-layer model is 5,032 ops).  For each layer count, prints the planning time,
+the predicted makespan, the lower bound ``max(critical path, work / streams,
+contended work / capacity)``, the gap, and the windows solved vs reused; ``heft``
+and ``single`` beside it for reference (``--baselines``).  ``--jitter`` perturbs
+every op's cost so that no two layers are identical (no reuse).
+
+    python experiments/scale_benchmark.py                       # 32 layers, 4 streams
+    python experiments/scale_benchmark.py --layers 4 8 16 32    # growth with depth
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from decoder_graph import decoder_problem  # noqa: E402
+
+from autostream.solvers import solve  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", nargs="+", type=int, default=[32])
+    ap.add_argument("--streams", type=int, default=4)
+    ap.add_argument("--time-limit", type=float, default=5.0, help="cpsat time limit (s)")
+    ap.add_argument("--jitter", type=float, default=0.0, help="per-op cost perturbation, 0..1")
+    ap.add_argument("--baselines", action="store_true", help="also time heft (slow beyond 2k ops)")
+    args = ap.parse_args(argv)
+    print("| layers | ops | solver | plan s | makespan us | lower bound us | gap | single us | "
+          "windows (reused) | plan from |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for layers in args.layers:
+        p = decoder_problem(layers=layers, streams=args.streams, jitter=args.jitter)
+        lb = p.lower_bound()
+        runs = [("cpsat", {"time_limit": args.time_limit})]
+        if args.baselines:
+            runs.append(("heft", {}))
+        for name, options in runs:
+            t0 = time.perf_counter()
+            s = solve(p, name, **options)
+            seconds = time.perf_counter() - t0
+            st = s.stats
+            windows = f"{st['windows']} ({st['window_reuses']})" if "windows" in st else "-"
+            print(f"| {layers} | {len(p.graph)} | {name} | {seconds:.2f} | {s.makespan:.1f} | "
+                  f"{lb:.1f} | {100 * (s.makespan / lb - 1):.1f}% | {p.single_stream_time():.1f} | "
+                  f"{windows} | {st.get('source', name)} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""``autostream plan``: .stg and model specs, the JSON contract, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autostream.cli import main
+
+STG = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "stg"
+KEYS = {"solver", "nodes", "streams_used", "makespan_us", "lower_bound_us", "single_stream_us",
+        "num_syncs", "optimal", "plan_seconds"}
+SMALL = "4\n0 0 0\n1 3 1 0\n2 3 1 0\n3 3 1 0\n4 3 1 0\n5 0 4 1 2 3 4\n"
+
+
+def test_plan_stg_prints_a_summary_and_writes_the_json(tmp_path, capsys):
+    stg = tmp_path / "fork.stg"
+    stg.write_text(SMALL)
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(stg), "--streams", "2", "--solver", "cpsat", "--time-limit", "1",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert KEYS <= set(data)
+    assert data["solver"] == "cpsat" and data["nodes"] == 6
+    assert data["makespan_us"] == pytest.approx(6.0) and data["optimal"] is True
+    assert data["single_stream_us"] == pytest.approx(12.0)
+    assert data["streams_used"] == 2 and data["num_syncs"] >= 1
+    text = capsys.readouterr().out
+    assert "proven optimal" in text and "6.00 us" in text
+
+
+def test_plan_single_stream_has_no_syncs(tmp_path):
+    stg = tmp_path / "fork.stg"
+    stg.write_text(SMALL)
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(stg), "--streams", "1", "--solver", "heft", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["streams_used"] == 1 and data["num_syncs"] == 0
+    assert data["makespan_us"] == pytest.approx(12.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--streams", "0"], "--streams must be >= 1"),
+        (["--time-limit", "0"], "--time-limit must be > 0"),
+        (["--solver", "fastest"], "unknown solver 'fastest'"),
+    ],
+)
+def test_plan_bad_input_exits_2_with_the_reason(tmp_path, capsys, argv, message):
+    stg = tmp_path / "fork.stg"
+    stg.write_text(SMALL)
+    assert main(["plan", str(stg), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_plan_missing_or_malformed_files(tmp_path, capsys):
+    assert main(["plan", str(tmp_path / "none.stg")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    bad = tmp_path / "bad.stg"
+    bad.write_text("1\n0 0 0\n1 x 1 0\n2 0 1 1\n")
+    assert main(["plan", str(bad)]) == 2
+    assert "bad.stg:3: field 'time'" in capsys.readouterr().err
+    assert main(["plan", "no_such_module_xyz:make"]) == 2
+    assert "cannot import module" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not STG.is_dir(), reason="STG benchmark not present")
+def test_plan_real_stg_file(tmp_path):
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(STG / "50" / "rand0000.stg"), "--streams", "8", "--solver", "cpsat",
+                 "--time-limit", "3", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["makespan_us"] == pytest.approx(55.0)  # optimal.csv
+    assert data["lower_bound_us"] == pytest.approx(55.0)
+
+
+def test_plan_model_spec(tmp_path):
+    out = tmp_path / "plan.json"
+    assert main(["plan", "autostream.zoo:article_model", "--streams", "2", "--solver", "heft",
+                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert KEYS <= set(data)
+    assert data["nodes"] >= 2 and data["makespan_us"] <= data["single_stream_us"] + 1e-9
