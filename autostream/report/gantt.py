@@ -3,7 +3,9 @@
 The picture is drawn with matplotlib's Agg backend (no display needed): the
 makespan and the lower bound are vertical lines, each sync is an arrow from the
 producer's end (the ``record``) to the consumer's start (the ``wait``), and a join
-sync points at the graph's output on the main stream.
+sync points at the graph's output on the main stream.  Large plans stay fast: bars
+are drawn as one artist per lane and colour, and beyond 200 syncs the arrows become
+plain lines.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from autostream.simulate import Timeline
 
 #: Ops are labelled with their name only when the chart has at most this many.
 _LABEL_LIMIT = 60
+#: Beyond this many syncs, they are drawn as thin lines without arrow heads (speed).
+_ARROW_LIMIT = 200
 
 
 def gantt_figure(
@@ -42,14 +46,18 @@ def gantt_figure(
 
     fig = Figure(figsize=(11, 1.6 + 0.55 * len(lanes)), dpi=110)
     ax = fig.add_subplot(1, 1, 1)
+    bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for span in tl.spans.values():
-        y = lane_y[span.stream]
         width = max(span.duration, horizon * 1e-3)  # keep zero-time ops visible
-        ax.broken_barh([(span.start, width)], (y - 0.38, 0.76),
-                       facecolors=colours[kind[span.op]], edgecolors="white", linewidth=0.5)
+        bars.setdefault((span.stream, colours[kind[span.op]]), []).append((span.start, width))
         if len(tl.spans) <= _LABEL_LIMIT and span.duration > horizon * 0.04:
-            ax.text(span.start + span.duration / 2, y, str(span.op), ha="center",
-                    va="center", fontsize=6, clip_on=True)
+            ax.text(span.start + span.duration / 2, lane_y[span.stream], str(span.op),
+                    ha="center", va="center", fontsize=6, clip_on=True)
+    for (stream, colour), xs in sorted(bars.items()):  # one artist per lane and colour
+        y = lane_y[stream]
+        ax.broken_barh(xs, (y - 0.38, 0.76), facecolors=colour, edgecolors="white",
+                       linewidth=0.5)
+    segments = []
     for ev in tl.syncs:
         if ev.producer not in tl.spans:
             continue
@@ -60,9 +68,17 @@ def gantt_figure(
             x1, y1 = tl.spans[ev.consumer].start, lane_y[ev.consumer_stream]
         else:
             continue
-        ax.annotate("", xy=(x1, y1), xytext=(ev.record, y0),
-                    arrowprops={"arrowstyle": "->", "color": "#D62728", "lw": 0.9,
-                                "shrinkA": 0, "shrinkB": 0})
+        segments.append(((ev.record, y0), (x1, y1)))
+    if len(segments) <= _ARROW_LIMIT:
+        for a, b in segments:
+            ax.annotate("", xy=b, xytext=a,
+                        arrowprops={"arrowstyle": "->", "color": "#D62728", "lw": 0.9,
+                                    "shrinkA": 0, "shrinkB": 0})
+    else:  # thousands of arrow patches are slow to draw: plain lines instead
+        from matplotlib.collections import LineCollection
+
+        ax.add_collection(LineCollection(segments, colors="#D62728", linewidths=0.4,
+                                         alpha=0.6))
     ax.axvline(tl.makespan, color="#D62728", lw=1.2, label=f"makespan {tl.makespan:.1f} us")
     ax.axvline(schedule.lower_bound, color="#2CA02C", lw=1.2, ls="--",
                label=f"lower bound {schedule.lower_bound:.1f} us")
