@@ -8,7 +8,7 @@ previous ``RESULTS.md`` (marked "earlier run").  Figures a script writes into ``
 and does not link itself are linked under its section.  A missing script is listed
 as not run; a failing one gets its error tail, and ``run_all`` exits 1.
 
-    python experiments/run_all.py            # full runs (several minutes on 2 cores)
+    python experiments/run_all.py            # full runs (the STG benchmark alone takes hours)
     python experiments/run_all.py --quick    # smoke-sized runs
     python experiments/run_all.py --only compare_solvers.py
 """
@@ -45,7 +45,11 @@ EXPERIMENTS = (
     Experiment("compare_solvers.py", "Solver comparison over the model zoo",
                "Predicted makespan of every solver on every zoo model (default cost model)."),
     Experiment("stg_benchmark.py", "STG benchmark",
-               "Solvers against the published optimal makespans of the Standard Task Graph Set."),
+               "Solvers against the published optimal makespans of the Standard Task Graph Set.",
+               ("--limit", "5", "--streams", "2", "4", "--time-limit", "1")),
+    Experiment("scale_benchmark.py", "Scale benchmark",
+               "cpsat planning time and gap on synthetic decoder graphs of growing depth.",
+               ("--layers", "4", "--time-limit", "1")),
     Experiment("cost_accuracy.py", "Cost-model accuracy",
                "Estimated versus measured op and graph times on this machine.",
                ("--repeat", "5")),
@@ -218,14 +222,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="run only these scripts; the others keep their sections from the "
                     "previous RESULTS.md")
     ap.add_argument("--timeout", type=float, default=None,
-                    help="seconds per script (default 1800, 600 with --quick)")
+                    help="seconds per script (default 7200, 900 with --quick)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="the markdown file to write")
     args = ap.parse_args(argv)
     known = {e.script for e in EXPERIMENTS}
     for name in args.only or []:
         if name not in known:
             ap.error(f"unknown experiment {name!r}; known: {', '.join(sorted(known))}")
-    timeout_s = args.timeout or (600.0 if args.quick else 1800.0)
+    timeout_s = args.timeout or (900.0 if args.quick else 7200.0)
     previous = previous_sections(args.out)
     outcomes = []
     for exp in EXPERIMENTS:
