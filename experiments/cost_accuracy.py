@@ -30,8 +30,9 @@ import torch
 from autostream import zoo
 from autostream.capture import capture_graphs
 from autostream.cost import CostModel, CostTable
-from autostream.cost.calibrate import calibrate_graphs, collect_ops, graph_op_times
+from autostream.cost.calibrate import calibrate_graphs, collect_ops, graph_op_times, robust_time
 from autostream.cost.incontext import graph_inputs
+from autostream.cost.timing import no_gc
 
 #: (model factory, calibrated sizes, held-out sizes)
 MODELS: dict[str, tuple[Callable[..., Any], list[dict], list[dict]]] = {
@@ -64,10 +65,11 @@ def graph_times(gm: torch.fx.GraphModule, repeat: int) -> list[float]:
     with torch.no_grad():
         gm(*args)
         times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter_ns()
-            gm(*args)
-            times.append((time.perf_counter_ns() - t0) / 1e3)
+        with no_gc():
+            for _ in range(repeat):
+                t0 = time.perf_counter_ns()
+                gm(*args)
+                times.append((time.perf_counter_ns() - t0) / 1e3)
     return times
 
 
@@ -131,8 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     exact, isolated = [], []
     for e in table.entries:
         if e.key in truth:
-            meas = statistics.median(truth[e.key])
-            exact.append((e.median_us, meas))
+            meas = robust_time(truth[e.key])
+            exact.append((e.time_us, meas))
             if e.isolated_us is not None:
                 isolated.append((e.isolated_us, meas))
 
@@ -147,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, case in held_cases.items():
         if key not in truth:
             continue
-        meas = statistics.median(truth[key])
+        meas = robust_time(truth[key])
         est = cm.estimate_signature(case.sig)
         roofline.append((roof.estimate_signature(case.sig).duration_us, meas))
         if est.source == "scaled":
@@ -159,14 +161,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     entries = [(label, f"{m}{kw}", gm) for label, graphs in
                (("calibrated", calib_graphs), ("held-out", held_graphs))
                for (m, kw), gms in graphs.items() for gm in gms]
-    samples: list[list[float]] = [[] for _ in entries]
+    # The same estimator as the table's: median over 10 rounds of each round's best of 3
+    # runs (a whole graph runs for milliseconds; on a loaded machine many runs lose a
+    # scheduler time slice somewhere).
+    samples: list[list[list[float]]] = [[] for _ in entries]
     for _ in range(10):
         for k, (_, _, gm) in enumerate(entries):
-            samples[k] += graph_times(gm, max(1, args.repeat // 10))
+            samples[k].append(graph_times(gm, 3))
     whole: dict[str, list[tuple[str, float, float, dict]]] = {"calibrated": [], "held-out": []}
     for (label, name, gm), ts in zip(entries, samples, strict=True):
         pred, sources = predict_graph(cm, gm)
-        whole[label].append((name, pred, statistics.median(ts), sources))
+        whole[label].append((name, pred, robust_time(ts), sources))
 
     print()
     print(f"  {'relative error':<30} {'raw':>17} {'drift-normalised':>17} {'':>5}")

@@ -176,6 +176,7 @@ def test_device_share_reproduces_the_measured_pair_slowdown(slowdown, share):
     assert entry.share == pytest.approx(share)
     assert entry.slowdown == pytest.approx(slowdown)
     assert entry.median_us == 11.0 and entry.spread_us == pytest.approx(1.0)
+    assert entry.time_us == 10.0  # the fastest call of the (single) round
 
 
 def test_inputs_follow_the_signature_including_strides():

@@ -150,7 +150,11 @@ class _Job:
     case: OpCase
     run: Callable[[], object]
     run2: Callable[[], object]
-    times: list[float]
+    rounds: list[list[float]]
+
+    @property
+    def times(self) -> list[float]:
+        return [t for r in self.rounds for t in r]
 
 
 def _prepare(cases: Sequence[OpCase], device: torch.device, seed: int
@@ -181,7 +185,8 @@ def _time_rounds(jobs: list[_Job], timer: Any, warmup: int, repeat: int, rounds:
         for job in list(jobs):
             tick(job.case.sig.op)
             try:
-                job.times += timer.samples(job.run, warmup if r == 0 else min(warmup, 1), per)
+                job.rounds.append(timer.samples(job.run, warmup if r == 0 else min(warmup, 1),
+                                                per))
             except Exception as exc:  # noqa: BLE001
                 jobs.remove(job)
                 failed.append(Skipped(job.case.sig.op, job.case.sig.key,
@@ -190,12 +195,24 @@ def _time_rounds(jobs: list[_Job], timer: Any, warmup: int, repeat: int, rounds:
 
 
 def time_ops(cases: Sequence[OpCase], device: torch.device, timer: Any, warmup: int = 5,
-             repeat: int = 30, rounds: int = ROUNDS, seed: int = 0) -> dict[int, list[float]]:
-    """Per-call times (us) of each runnable case (by index in ``cases``), no share."""
+             repeat: int = 30, rounds: int = ROUNDS, seed: int = 0
+             ) -> dict[int, list[list[float]]]:
+    """Per-call times (us) of each runnable case (by index in ``cases``), grouped by
+    timing round; no share."""
     jobs, _ = _prepare(cases, device, seed)
     with torch.no_grad():
         _time_rounds(jobs, timer, warmup, repeat, rounds, lambda op: None)
-    return {j.index: j.times for j in jobs}
+    return {j.index: j.rounds for j in jobs}
+
+
+def robust_time(rounds: Sequence[Sequence[float]]) -> float:
+    """Median over rounds of each round's fastest sample: what the op costs when no
+    other process takes the core away in the middle of it.
+
+    >>> robust_time([[10, 12], [11, 40], [900, 13]])
+    11
+    """
+    return statistics.median(min(r) for r in rounds if r)
 
 
 def _entry(job: _Job, timer: Any) -> Entry:
@@ -212,6 +229,7 @@ def _entry(job: _Job, timer: Any) -> Entry:
     return Entry(
         op=sig.op, signature=sig.key, dtype=dtype_short(sig.dtype),
         flops=sig.flops, bytes=sig.bytes, median_us=round(median, 4),
+        time_us=round(robust_time(job.rounds), 4),
         spread_us=round(spread, 4), samples=len(times),
         share=round(min(1.0, max(0.0, slowdown / 2)), 4), slowdown=round(slowdown, 4),
         flop_formula=sig.has_flop_formula,
@@ -250,9 +268,10 @@ def calibrate_ops(cases: Sequence[OpCase], device: torch.device, timer: Any, war
 
 def graph_op_times(graphs: Sequence[torch.fx.GraphModule], device: torch.device,
                    warmup: int = 3, repeat: int = 30, rounds: int = ROUNDS
-                   ) -> tuple[dict[tuple[str, str], list[float]], list[str]]:
-    """In-graph times (us) pooled per op signature, over ``repeat`` runs of each graph in
-    interleaved rounds; plus a note for each graph that could not run on random inputs."""
+                   ) -> tuple[dict[tuple[str, str], list[list[float]]], list[str]]:
+    """In-graph times (us) pooled per op signature and grouped by round, over ``repeat``
+    runs of each graph in interleaved rounds; plus a note for each graph that could not
+    run on random inputs."""
     from autostream.cost.incontext import GraphTimer
 
     timers, notes = [], []
@@ -270,29 +289,33 @@ def graph_op_times(graphs: Sequence[torch.fx.GraphModule], device: torch.device,
                 sig = node_signature(node)
                 names[node.name] = (sig.op, sig.key)
         timers.append((timer, names))
-    pooled: dict[tuple[str, str], list[float]] = {}
+    pooled: dict[tuple[str, str], list[list[float]]] = {}
     rounds = max(1, min(rounds, repeat))
     for r in range(rounds):
         per = repeat // rounds + (1 if r < repeat % rounds else 0)
+        this_round: dict[tuple[str, str], list[float]] = {}
         for timer, names in timers:
             for name, times in timer.run(1, per).items():
                 if name in names:
-                    pooled.setdefault(names[name], []).extend(times)
+                    this_round.setdefault(names[name], []).extend(times)
+        for key, times in this_round.items():
+            pooled.setdefault(key, []).append(times)
     return pooled, notes
 
 
-def _with_graph_times(entries: list[Entry], pooled: dict[tuple[str, str], list[float]]
+def _with_graph_times(entries: list[Entry], pooled: dict[tuple[str, str], list[list[float]]]
                       ) -> list[Entry]:
     out = []
     for e in entries:
-        times = pooled.get(e.key)
+        rounds = pooled.get(e.key)
+        times = [t for r in rounds or () for t in r]
         if not times:
             out.append(e)
             continue
         spread = _quantile(times, 0.75) - _quantile(times, 0.25) if len(times) > 1 else 0.0
         out.append(replace(e, median_us=round(statistics.median(times), 4),
                            spread_us=round(spread, 4), samples=len(times), timing="graph",
-                           isolated_us=e.median_us))
+                           isolated_us=e.time_us, time_us=round(robust_time(rounds), 4)))
     return out
 
 

@@ -93,10 +93,13 @@ class GraphTimer:
     def run(self, warmup: int, runs: int) -> dict[str, list[float]]:
         """Per-node times (us) over ``runs`` runs after ``warmup`` untimed ones."""
         out: dict[str, list[float]] = {n: [] for n in self.names}
+        from autostream.cost.timing import no_gc
+
         with torch.no_grad():
             for _ in range(warmup):
                 self.timed(*self.args)
-            results = [self.timed(*self.args)[1] for _ in range(runs)]
+            with no_gc():
+                results = [self.timed(*self.args)[1] for _ in range(runs)]
         if self.device.type != "cpu":
             torch.accelerator.synchronize(self.device)
         for marks in results:

@@ -134,7 +134,7 @@ class CostModel:
                                   "a fallback size")
         e = self._exact.get((sig.op, sig.key))
         if e is not None:
-            return OpCost(e.median_us, e.share, "exact")
+            return OpCost(e.time_us, e.share, "exact")
         scaled = self._scaled(sig, dtype)
         if scaled is not None:
             return scaled
@@ -160,16 +160,16 @@ class CostModel:
         if lo is not None and hi is not None and _work(hi) > _work(lo):
             # bracketed: interpolate between the two neighbours
             f = (work - _work(lo)) / (_work(hi) - _work(lo))
-            t = lo.median_us + f * (hi.median_us - lo.median_us)
+            t = lo.time_us + f * (hi.time_us - lo.time_us)
             share = lo.share + f * (hi.share - lo.share)
             return OpCost(t, share, "scaled", f"interpolated by {what} between "
                           f"({lo.signature}) and ({hi.signature})")
         ref = hi if lo is None else lo
         if hi is not None and lo is not None:
             ref = min((lo, hi), key=lambda e: abs(math.log((_work(e) + 1) / (work + 1))))
-        fixed = min(self.profile.launch_overhead_us, ref.median_us)
+        fixed = min(self.profile.launch_overhead_us, ref.time_us)
         ratio = work / _work(ref) if _work(ref) > 0 else 1.0
-        t = fixed + (ref.median_us - fixed) * ratio
+        t = fixed + (ref.time_us - fixed) * ratio
         return OpCost(t, ref.share, "scaled", f"scaled by {what} from ({ref.signature})")
 
 

@@ -39,7 +39,13 @@ class TableError(ValueError):
 
 @dataclass(frozen=True)
 class Entry:
-    """One measured op signature."""
+    """One measured op signature.
+
+    ``time_us`` is the time the planner uses: the median over timing rounds of each
+    round's fastest call, which a burst of load from other processes (a lost scheduler
+    time slice) cannot inflate.  ``median_us`` and ``spread_us`` (interquartile range)
+    describe all samples.
+    """
 
     op: str
     signature: str
@@ -54,6 +60,11 @@ class Entry:
     flop_formula: bool = False
     timing: str = "isolated"
     isolated_us: float | None = None
+    time_us: float = -1.0
+
+    def __post_init__(self) -> None:
+        if self.time_us < 0:  # tables without a separate planning time use the median
+            object.__setattr__(self, "time_us", self.median_us)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -174,6 +185,7 @@ class CostTable:
                 timing=v.choice(e.get("timing", "isolated"), f"{f}.timing", TIMINGS),
                 isolated_us=(None if e.get("isolated_us") is None
                              else v.time(e["isolated_us"], f"{f}.isolated_us")),
+                time_us=v.time(e.get("time_us", e["median_us"]), f"{f}.time_us"),
             )
             if entry.key in seen:
                 raise TableError(source, f"{f}.signature",

@@ -15,6 +15,8 @@ Both expose the same three measurements:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import queue
 import statistics
 import threading
@@ -22,6 +24,19 @@ import time
 from collections.abc import Callable
 
 import torch
+
+
+@contextlib.contextmanager
+def no_gc():
+    """Pause Python's cyclic garbage collector while timing (as ``timeit`` does): a
+    collection over a process full of FX graphs takes milliseconds."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def cpu_l2_bytes(default: int = 1 << 20) -> int:
@@ -65,21 +80,23 @@ class CpuTimer:
         out = []
         clock = time.perf_counter_ns
         scrub = self._scrub
-        for _ in range(repeat):
-            if scrub is not None:
-                scrub.add_(1.0)
-            t0 = clock()
-            fn()
-            out.append((clock() - t0) / 1e3)
+        with no_gc():
+            for _ in range(repeat):
+                if scrub is not None:
+                    scrub.add_(1.0)
+                t0 = clock()
+                fn()
+                out.append((clock() - t0) / 1e3)
         return out
 
     def contention(self, fn: Callable[[], object], fn2: Callable[[], object], n: int
                    ) -> tuple[float, float]:
         clock = time.perf_counter_ns
-        t0 = clock()
-        for _ in range(n):
-            fn()
-        alone = (clock() - t0) / 1e3
+        with no_gc():
+            t0 = clock()
+            for _ in range(n):
+                fn()
+            alone = (clock() - t0) / 1e3
         barrier = threading.Barrier(2)
 
         def other() -> None:
@@ -89,12 +106,13 @@ class CpuTimer:
 
         th = threading.Thread(target=other, daemon=True)
         th.start()
-        barrier.wait()
-        t0 = clock()
-        for _ in range(n):
-            fn()
-        th.join()
-        return alone, (clock() - t0) / 1e3
+        with no_gc():
+            barrier.wait()
+            t0 = clock()
+            for _ in range(n):
+                fn()
+            th.join()
+            return alone, (clock() - t0) / 1e3
 
     def record_wait_us(self, n: int = 200) -> float:
         """Half a ping-pong between two threads through ``threading.Event``: what one
