@@ -11,6 +11,7 @@ ids as strings, ``order`` is the id.
 from __future__ import annotations
 
 import csv
+from dataclasses import dataclass
 from pathlib import Path
 
 import networkx as nx
@@ -83,22 +84,44 @@ def read_stg(path: str | Path, streams: int = 1) -> SchedulingProblem:
     return parse_stg(path.read_text(), streams=streams, name=str(path))
 
 
-def read_optimal_csv(path: str | Path) -> dict[tuple[str, int], float]:
-    """``(graph, streams) -> optimal makespan`` from an ``optimal.csv``.
+@dataclass(frozen=True)
+class Optimum:
+    """The known optimal makespan of an instance, or its bounds when it is open.
+
+    ``optimal.csv`` rows have three fields (``graph,streams,optimum``) when the
+    optimum is proven, four (``graph,streams,lower,upper``) when it is not: the
+    best lower bound and the best known makespan.
+    """
+
+    lower: float
+    upper: float
+
+    @property
+    def proven(self) -> bool:
+        return self.lower == self.upper
+
+
+def read_optimal_csv(path: str | Path) -> dict[tuple[str, int], Optimum]:
+    """``(graph, streams) -> Optimum`` from an ``optimal.csv``.
 
     ``graph`` is the file's path relative to the benchmark directory, e.g.
     ``"50/rand0000.stg"``.
     """
     path = Path(path)
-    table: dict[tuple[str, int], float] = {}
+    table: dict[tuple[str, int], Optimum] = {}
     with path.open(newline="") as f:
-        reader = csv.DictReader(f)
-        missing = {"graph", "streams", "optimal_makespan"} - set(reader.fieldnames or ())
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {sorted(missing)}")
-        for row_no, row in enumerate(reader, start=2):
-            where = f"{path}:{row_no}"
-            table[(row["graph"], _int(row["streams"], where, "streams", 1))] = float(
-                _int(row["optimal_makespan"], where, "optimal_makespan")
-            )
+        rows = list(csv.reader(f))
+    if not rows or rows[0][:3] != ["graph", "streams", "optimal_makespan"]:
+        raise ValueError(f"{path}:1: expected the header 'graph,streams,optimal_makespan'")
+    for row_no, row in enumerate(rows[1:], start=2):
+        where = f"{path}:{row_no}"
+        if not row:
+            continue
+        if len(row) not in (3, 4):
+            raise ValueError(f"{where}: expected 3 or 4 fields, got {len(row)}")
+        lower = float(_int(row[2], where, "optimal_makespan"))
+        upper = float(_int(row[3], where, "upper_bound")) if len(row) == 4 else lower
+        if upper < lower:
+            raise ValueError(f"{where}: field 'upper_bound': {upper:g} is below the lower bound {lower:g}")
+        table[(row[0], _int(row[1], where, "streams", 1))] = Optimum(lower, upper)
     return table

@@ -50,7 +50,7 @@ def test_truncated_files_and_short_lines_are_reported():
 
 
 @needs_stg
-def test_every_benchmark_file_parses_and_matches_its_header(tmp_path):
+def test_every_benchmark_file_parses_and_matches_its_header():
     files = sorted(STG.glob("*/*.stg"))
     assert len(files) == 360
     for f in files[::30]:
@@ -61,10 +61,28 @@ def test_every_benchmark_file_parses_and_matches_its_header(tmp_path):
     optimum = read_optimal_csv(STG / "optimal.csv")
     assert len(optimum) == 1440
     assert {k for _, k in optimum} == {2, 4, 8, 16}
+    open_cases = [key for key, o in optimum.items() if not o.proven]
+    assert 0 < len(open_cases) < 1440  # rows with lower and upper bounds
+    assert all(optimum[key].lower < optimum[key].upper for key in open_cases)
     for (graph, streams), value in list(optimum.items())[::97]:
         p = read_stg(STG / graph, streams=streams)
-        assert p.lower_bound() <= value + 1e-9  # a proven optimum respects the bound
-    bad = tmp_path / "optimal.csv"
+        assert p.lower_bound() <= value.upper + 1e-9  # a schedule respects the bound
+
+
+def test_optimal_csv_rows_with_bounds_and_bad_rows(tmp_path):
+    good = tmp_path / "optimal.csv"
+    good.write_text("graph,streams,optimal_makespan\n50/a.stg,2,10\n50/b.stg,4,7,9\n")
+    table = read_optimal_csv(good)
+    assert table[("50/a.stg", 2)].proven and table[("50/a.stg", 2)].upper == 10.0
+    assert not table[("50/b.stg", 4)].proven
+    assert (table[("50/b.stg", 4)].lower, table[("50/b.stg", 4)].upper) == (7.0, 9.0)
+    bad = tmp_path / "bad.csv"
     bad.write_text("graph,procs\n50/x.stg,2\n")
-    with pytest.raises(ValueError, match="missing column"):
+    with pytest.raises(ValueError, match="expected the header"):
+        read_optimal_csv(bad)
+    bad.write_text("graph,streams,optimal_makespan\n50/x.stg,two,3\n")
+    with pytest.raises(ValueError, match=r"bad.csv:2: field 'streams'"):
+        read_optimal_csv(bad)
+    bad.write_text("graph,streams,optimal_makespan\n50/x.stg,2,9,7\n")
+    with pytest.raises(ValueError, match="below the lower bound"):
         read_optimal_csv(bad)

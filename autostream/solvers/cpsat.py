@@ -10,37 +10,56 @@ The model (per window of tasks, see below):
   any task has a non-zero share (an op with share 1 overlaps nothing);
 - makespan ``add_max_equality`` over the ends, bounded below by
   ``max(critical path, work / streams, contended work / capacity)`` so CP-SAT can
-  prove optimality, and above by the hint's makespan;
+  prove optimality, and above by the hint's makespan (never worse than the hint);
 - objective, lexicographic, as two solves: (1) minimise the makespan; (2) with the
   makespan fixed at the best found, minimise ``(streams + 1) * cross + used``,
   where ``cross`` counts the reduced edges whose ends are on different streams (a
-  proxy for the syncs left after the sync reduction) and ``used`` the streams used;
+  proxy for the syncs left after the sync reduction) and ``used`` the streams
+  used.  The second solve gets ``sync_share`` of the time, at most as much as the
+  first one took (at least 0.2 s);
 - symmetry breaking: streams are used in order (``used_s >= used_{s+1}``) and the
   i-th task (topological order) may only use streams ``0..i``;
-- the hint is HEFT's placement (``heft_placement``), or the window's greedy plan
-  when that is better.
+- the hint is HEFT's placement (``heft_placement``) when it is feasible in the
+  integer model and better than the window's own HEFT-like greedy plan.
+
+Without sync latency the streams are identical machines, and solve (1) uses the
+equivalent, much stronger model: one interval per task and a cumulative of
+capacity ``streams`` (RCPSP); the timeline is then coloured onto streams, each task
+preferring a predecessor's stream (no sync).  Solve (2) uses the stream model.
+
+Contention (``contention=``): ``"blocking"`` is the cumulative above; the
+simulator, though, shares the device (processor sharing: oversubscribed ops slow
+down instead of waiting), where overlapping ops beyond the capacity can pay off.
+``"relaxed"`` drops the shares from the model and lets the simulator judge;
+``"auto"`` (default) solves both when any share is non-zero, half the time each.
 
 Times are integers: ``_tasks.time_scale`` picks the units (exact when the
-durations allow it, e.g. 1 unit = 1 us on STG, else about 1 ns).  Determinism:
-fixed ``seed``, ``max_deterministic_time`` as the limit (``time_limit`` seconds of
-CP-SAT's deterministic clock, about a second of work each) and
-``interleave_search`` when ``workers > 1``; a wall-clock safety limit of
-``2 * time_limit + 1`` s only cuts in on a badly overloaded machine.
+durations allow it, e.g. 1 unit = 1 us on STG, else 0.1 us-1 ns).  Time and
+determinism: ``time_limit`` seconds become ``time_limit * DET_PER_SECOND`` of
+CP-SAT's deterministic clock (reproducible), with a fixed ``seed`` and
+``interleave_search`` for ``workers > 1``; a wall-clock cap of ``1.5 x`` the budget
+keeps a loaded machine on time, at the price of determinism
+(``stats["deterministic"]`` says whether it cut in).  Python work (baselines,
+simulation, model building) comes on top.
 
-Scale: a graph with more than ``window`` tasks gets its linear chains collapsed
-(a chain has no inner parallelism) and is solved in windows of at most ``window``
-consecutive tasks along the topological order, cut where no edge jumps over the
-cut when possible (between layers).  Each window is warm-started from its greedy
-plan and gets a share of the total ``time_limit``.  Windows whose tasks and
-boundary are identical to an earlier one (repeated layers) reuse its solution, so
-planning time grows with the number of *distinct* layers.  Windows use one solve
-with the objective ``makespan * (E + 1) + cross``.
+Scale: a graph with more than ``window`` ops gets its linear chains collapsed (a
+chain has no inner parallelism; the task takes the largest share of its ops) and
+is solved in windows of at most ``window`` consecutive tasks along the
+topological order, cut after a bottleneck task (e.g. a layer's residual add) when
+possible.  Each window is warm-started from its greedy plan given what the earlier
+windows left (stream free times, producers' ends and streams, running load) and
+gets a share of the total time.  A window whose tasks and boundary are identical
+to an earlier one (repeated layers) reuses that solution, so the solving time
+grows with the number of *distinct* windows.  Windows use one solve with the
+objective ``makespan * (E + 1) + cross``.
 
 Whatever the model says, the plan returned is the best predicted one (the
-timeline simulator, with processor-sharing contention) among the CP-SAT plan, the
-HEFT hint, ``single`` and the cheap baselines; ties go to fewer cross-stream edges,
-then fewer streams, so a plan no faster than one stream comes back single-stream
-with ``stats["source"] == "single"``.
+timeline simulator) among the CP-SAT plans, the HEFT plan, ``single`` and the
+cheap baselines (``portfolio=True``); ties go to fewer cross-stream edges, then
+fewer streams, so a plan no faster than one stream comes back single-stream with
+``stats["source"] == "single"``.  ``optimal`` is claimed only when the model is
+exact for the simulator: no shares, no rounding, no chain collapsing, and
+CP-SAT proved solve (1) optimal.
 """
 
 from __future__ import annotations
