@@ -249,11 +249,21 @@ def _shapes(v: Any) -> Any:
     return v
 
 
+def _sdpa_flops(q: Any, k: Any, v: Any, *args: Any, out_val: Any = None, **kwargs: Any) -> int:
+    return flop_counter.sdpa_flop_count(q, k, v)
+
+
+#: attention kernels torch's flop counter does not list, counted like SDPA
+_EXTRA_FORMULAS = {"_scaled_dot_product_flash_attention_for_cpu": _sdpa_flops,
+                   "_scaled_dot_product_fused_attention_overrideable": _sdpa_flops}
+
+
 def _formula(op: str, target: Any):
     packet = getattr(target, "overloadpacket", None)
     if packet is None:
         return None
-    return flop_counter.flop_registry.get(packet)
+    return flop_counter.flop_registry.get(packet) or _EXTRA_FORMULAS.get(
+        getattr(target, "_opname", ""))
 
 
 def count_work(op: str, target: Any, args: tuple, kwargs: dict, outputs: tuple[TensorSpec, ...]
