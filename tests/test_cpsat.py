@@ -23,8 +23,11 @@ def test_cpsat_is_valid_and_never_worse_than_any_baseline(problem):
     s = solve(problem, "cpsat", time_limit=1.0)
     assert s.solver == "cpsat"
     assert_valid(problem, s)
+    assert s.lower_bound >= problem.lower_bound() - 1e-9
     for name in BASELINES:
-        assert s.makespan <= solve(problem, name).makespan + 1e-6, name
+        other = solve(problem, name).makespan
+        assert s.makespan <= other + 1e-6, name
+        assert s.lower_bound <= other + 1e-6, f"the bound is not a bound for {name}"
     # never predicted slower than one stream, and a plan no faster comes back single
     single = problem.single_stream_time()
     assert s.makespan <= single + 1e-6

@@ -9,8 +9,9 @@ The model (per window of tasks, see below):
 - contention: ``add_cumulative`` of the device shares against the capacity, when
   any task has a non-zero share (an op with share 1 overlaps nothing);
 - makespan ``add_max_equality`` over the ends, bounded below by
-  ``max(critical path, work / streams, contended work / capacity)`` so CP-SAT can
-  prove optimality, and above by the hint's makespan (never worse than the hint);
+  ``max(critical path, work / streams, contended work / capacity)``, summed over
+  the segments between separator ops (``_bounds.segmented_lower_bound``), so CP-SAT
+  can prove optimality, and above by the hint's makespan (never worse than it);
 - objective, lexicographic, as two solves: (1) minimise the makespan; (2) with the
   makespan fixed at the best found, minimise ``(streams + 1) * cross + used``,
   where ``cross`` counts the reduced edges whose ends are on different streams (a
@@ -77,6 +78,7 @@ from ortools.sat.python import cp_model
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
 from autostream.solvers import critical_path, heft, nimble, opara, round_robin, single, tf_greedy
+from autostream.solvers._bounds import segmented_lower_bound
 from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_edges
 from autostream.solvers._tasks import SHARE_UNITS, TaskGraph, build_tasks
 from autostream.solvers._window import Placed, Window, greedy_window
@@ -566,13 +568,14 @@ def solve(
         )
     stats: dict[str, object] = {}
     exact = False
+    lower = segmented_lower_bound(problem)
     any_share = any(problem.share(n) > 0 for n in problem.graph)
     modes = {"auto": ("blocking", "relaxed") if any_share else ("blocking",),
              "blocking": ("blocking",), "relaxed": ("relaxed",)}[contention]
     if problem.streams > 1 and n > 1:
         for mode in modes:
             tg = build_tasks(problem, collapse=n > window, shares=mode == "blocking")
-            lb = int(math.ceil(problem.lower_bound() * tg.scale - 1e-6)) if tg.exact else 0
+            lb = int(math.ceil(lower * tg.scale - 1e-6)) if tg.exact else 0
             stream, start, mode_stats = _plan_tasks(
                 tg, problem.streams, time_limit / len(modes), window, seed, workers, lb, sync_share
             )
@@ -607,7 +610,6 @@ def solve(
 
     best = min(candidates, key=rank)
     chosen = candidates[best]
-    lower = problem.lower_bound()
     bound_us = lower
     if "bound_units" in stats:
         bound_us = max(lower, int(stats.pop("bound_units")) / float(stats["time_scale"]))
@@ -626,7 +628,7 @@ def solve(
     return dataclasses.replace(
         chosen,
         solver="cpsat",
-        lower_bound=bound_us if optimal else lower,
+        lower_bound=bound_us if optimal else lower,  # lower: segmented Graham bound
         optimal=optimal,
         stats={**dict(chosen.stats), **stats},
     )
