@@ -89,10 +89,12 @@ def _measure(model: Any, inputs: tuple[Any, ...], streamed: Any, report: Any, st
 
     single, _ = _compile(model, inputs, 1, "single", 1.0)
     lines = [f"pass: {report.reason}"]
+    used = report.plan.schedule.streams_used if report.applied and report.plan else 1
+    planned = f"autostream, {used} stream{'s' if used > 1 else ''}"
     with torch.no_grad():
         same = torch.allclose(model(*inputs), streamed(*inputs), rtol=1e-4, atol=1e-5)
         variants = {"eager": lambda: model(*inputs), "compiled, 1 stream": lambda: single(*inputs),
-                    f"autostream, {streams} streams": lambda: streamed(*inputs)}
+                    planned: lambda: streamed(*inputs)}
         for fn in variants.values():  # warm-up
             for _ in range(3):
                 fn()
@@ -102,7 +104,6 @@ def _measure(model: Any, inputs: tuple[Any, ...], streamed: Any, report: Any, st
                 samples[k].append(_median_us(fn, 5))
     med = {k: statistics.median(v) for k, v in samples.items()}
     base_name = min(("eager", "compiled, 1 stream"), key=lambda k: med[k])
-    planned = f"autostream, {streams} streams"
     predicted = report.plan.predicted_speedup if report.plan is not None and report.applied else 1.0
     lines.append(f"outputs equal eager: {'yes' if same else 'NO'}")
     lines.append("measured on CPU threads (median us): "
