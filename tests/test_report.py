@@ -10,6 +10,8 @@ import re
 
 import networkx as nx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autostream.problem import SchedulingProblem
 from autostream.report.compare import plan_solvers, syncs_for, write_reports
@@ -270,3 +272,35 @@ def test_write_graph_renders_svg_only_when_graphviz_is_installed(tmp_path, monke
     written = write_graph(tmp_path / "b.dot", p, plan, syncs)
     assert [f.suffix for f in written] == [".dot", ".svg"]
     assert int(written[1].read_text()) == len(syncs)  # the DOT file was handed to dot
+
+
+def _random_topological_order(problem: SchedulingProblem, rng: random.Random) -> tuple[str, ...]:
+    indeg = {n: problem.graph.in_degree(n) for n in problem.graph}
+    ready = sorted(n for n, d in indeg.items() if d == 0)
+    order = []
+    while ready:
+        n = ready.pop(rng.randrange(len(ready)))
+        order.append(n)
+        for m in sorted(problem.graph.successors(n)):
+            indeg[m] -= 1
+            if indeg[m] == 0:
+                ready.append(m)
+    return tuple(order)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), streams=st.integers(1, 4),
+       latency=st.sampled_from([0.0, 1.5, 7.0]))
+def test_replay_with_minimal_syncs_equals_prediction(seed: int, streams: int,
+                                                     latency: float) -> None:
+    # Any assignment and launch order: the minimal syncs reproduce the predicted timeline.
+    rng = random.Random(seed)
+    problem = random_problem(seed, nodes=rng.randint(2, 20), streams=streams, latency=latency)
+    stream_of = {n: rng.randrange(streams) for n in problem.graph}
+    plan = schedule_from_assignment(problem, stream_of, "random",
+                                    order=_random_topological_order(problem, rng))
+    syncs = syncs_for(problem, plan)[0]
+    tl = simulate_plan(problem, plan, syncs)
+    assert tl.start == pytest.approx(dict(plan.start)) and tl.end == pytest.approx(dict(plan.end))
+    assert tl.output >= tl.makespan
+    assert len([e for e in tl.syncs if e.consumer == JOIN]) <= plan.streams_used - 1
