@@ -10,7 +10,9 @@
 4. Whole graphs: predicted single-stream time (sum of op estimates) versus the
    measured time of the captured GraphModule, on calibrated and held-out sizes.
 
-Prints per-op median and p90 relative error per source, side by side.
+Prints per-op median and p90 relative error per source, side by side, raw and
+corrected by one machine-speed factor: the median measured/table ratio on exact hits,
+i.e. how much faster or slower the (shared) machine runs now than at calibration.
 
     python experiments/cost_accuracy.py                 # calibrate fresh, ~2-3 min on 2 cores
     python experiments/cost_accuracy.py --table cost_models/cpu.json   # judge a shipped table
@@ -30,8 +32,10 @@ import torch
 from autostream import zoo
 from autostream.capture import capture_graphs
 from autostream.cost import CostModel, CostTable
-from autostream.cost.calibrate import calibrate_graphs, collect_ops, graph_op_times, robust_time
-from autostream.cost.incontext import graph_inputs
+from autostream.cost.calibrate import ROUNDS, calibrate_graphs, collect_ops, robust_time
+from autostream.cost.free import is_free_target
+from autostream.cost.incontext import GraphTimer, graph_inputs
+from autostream.cost.signature import node_signature
 from autostream.cost.timing import no_gc
 
 #: (model factory, calibrated sizes, held-out sizes)
@@ -83,18 +87,15 @@ def predict_graph(cm: CostModel, gm: torch.fx.GraphModule) -> tuple[float, dict[
     return total, sources
 
 
-def errors(pairs: Sequence[tuple[float, float]], normalize: bool) -> list[float]:
-    """Relative errors of (predicted, measured) pairs; ``normalize`` first divides out one
-    speed factor (the median measured/predicted ratio), i.e. machine drift between the
-    calibration and the measurement, which scales every op alike."""
-    f = statistics.median(m / p for p, m in pairs if p > 0) if normalize and pairs else 1.0
-    return [rel_err(p * f, m) for p, m in pairs]
+def errors(pairs: Sequence[tuple[float, float]], factor: float = 1.0) -> list[float]:
+    """Relative errors of (predicted, measured) pairs, predictions multiplied by ``factor``."""
+    return [rel_err(p * factor, m) for p, m in pairs]
 
 
-def row(name: str, pairs: Sequence[tuple[float, float]], target: str = "") -> str:
+def row(name: str, pairs: Sequence[tuple[float, float]], drift: float, target: str = "") -> str:
     if not pairs:
         return f"  {name:<30} {'-':>8} {'-':>8} {'-':>8} {'-':>8} {0:>5}  {target}"
-    raw, norm = errors(pairs, False), errors(pairs, True)
+    raw, norm = errors(pairs), errors(pairs, drift)
     return (f"  {name:<30} {100 * statistics.median(raw):>7.1f}% {100 * quantile(raw, 0.9):>7.1f}%"
             f" {100 * statistics.median(norm):>7.1f}% {100 * quantile(norm, 0.9):>7.1f}%"
             f" {len(pairs):>5}  {target}")
@@ -127,61 +128,73 @@ def main(argv: Sequence[str] | None = None) -> int:
     roof = CostModel(CostTable(device=table.device, profile=table.profile))
     print(f"cost model: {cm.describe()}")
 
-    # -- exact hits: an independent re-measurement of every calibrated signature, in its graph
-    truth, _ = graph_op_times([g for gs in calib_graphs.values() for g in gs], cpu,
-                              repeat=args.repeat)
+    # -- one measurement pass: per-op times inside every graph and whole-graph times, in
+    # interleaved rounds so that every row below sees the same machine state
+    labelled = [(label, f"{m}{kw}", gm) for label, graphs in
+                (("calibrated", calib_graphs), ("held-out", held_graphs))
+                for (m, kw), gms in graphs.items() for gm in gms]
+    timers = []
+    for gi, (_, _, gm) in enumerate(labelled):
+        keys = {n.name: (s.op, s.key) for n in gm.graph.nodes
+                if n.op == "call_function" and not is_free_target(n.target)
+                for s in (node_signature(n),)}
+        timers.append((GraphTimer(gm, cpu, seed=gi), keys))
+    op_rounds: dict[tuple[str, str], list[list[float]]] = {}
+    graph_rounds: list[list[list[float]]] = [[] for _ in labelled]
+    for _ in range(ROUNDS):
+        this_round: dict[tuple[str, str], list[float]] = {}
+        for k, ((_, _, gm), (timer, keys)) in enumerate(zip(labelled, timers, strict=True)):
+            for name, ts in timer.run(1, max(1, args.repeat // ROUNDS)).items():
+                if name in keys:
+                    this_round.setdefault(keys[name], []).extend(ts)
+            graph_rounds[k].append(graph_times(gm, 3))
+        for key, ts in this_round.items():
+            op_rounds.setdefault(key, []).append(ts)
+    truth = {key: robust_time(r) for key, r in op_rounds.items()}
+
+    # -- exact hits: the table's entries against the fresh in-graph measurement ---------------
     exact, isolated = [], []
     for e in table.entries:
         if e.key in truth:
-            meas = robust_time(truth[e.key])
-            exact.append((e.time_us, meas))
+            exact.append((e.time_us, truth[e.key]))
             if e.isolated_us is not None:
-                isolated.append((e.isolated_us, meas))
+                isolated.append((e.isolated_us, truth[e.key]))
+    # one speed factor: how much faster or slower the machine runs now than when calibrated
+    drift = statistics.median(m / p for p, m in exact if p > 0) if exact else 1.0
 
-    # -- held-out shapes: scaled vs roofline on the same ops, measured in their graphs -------
+    # -- held-out shapes: scaled vs roofline on the same ops ---------------------------------
     calib_keys = {e.key for e in table.entries}
     held_cases = {(c.sig.op, c.sig.key): c
                   for c in collect_ops(g for gs in held_graphs.values() for g in gs)
                   if (c.sig.op, c.sig.key) not in calib_keys}
-    truth, _ = graph_op_times([g for gs in held_graphs.values() for g in gs], cpu,
-                              repeat=args.repeat)
     scaled, roofline, worst = [], [], []
     for key, case in held_cases.items():
         if key not in truth:
             continue
-        meas = robust_time(truth[key])
+        meas = truth[key]
         est = cm.estimate_signature(case.sig)
         roofline.append((roof.estimate_signature(case.sig).duration_us, meas))
         if est.source == "scaled":
             scaled.append((est.duration_us, meas))
-            worst.append((rel_err(est.duration_us, meas), case.sig.op, case.sig.key,
+            worst.append((rel_err(est.duration_us * drift, meas), case.sig.op, case.sig.key,
                           est.duration_us, meas))
 
-    # -- whole graphs: rounds interleaved over graphs, like the op timings --------------------
-    entries = [(label, f"{m}{kw}", gm) for label, graphs in
-               (("calibrated", calib_graphs), ("held-out", held_graphs))
-               for (m, kw), gms in graphs.items() for gm in gms]
-    # The same estimator as the table's: median over 10 rounds of each round's best of 3
-    # runs (a whole graph runs for milliseconds; on a loaded machine many runs lose a
-    # scheduler time slice somewhere).
-    samples: list[list[list[float]]] = [[] for _ in entries]
-    for _ in range(10):
-        for k, (_, _, gm) in enumerate(entries):
-            samples[k].append(graph_times(gm, 3))
+    # -- whole graphs: predicted single-stream time = sum of op estimates -------------------
     whole: dict[str, list[tuple[str, float, float, dict]]] = {"calibrated": [], "held-out": []}
-    for (label, name, gm), ts in zip(entries, samples, strict=True):
+    for (label, name, gm), ts in zip(labelled, graph_rounds, strict=True):
         pred, sources = predict_graph(cm, gm)
         whole[label].append((name, pred, robust_time(ts), sources))
 
     print()
-    print(f"  {'relative error':<30} {'raw':>17} {'drift-normalised':>17} {'':>5}")
+    print(f"  machine drift since calibration (median measured/table on exact hits): x{drift:.3f}")
+    print(f"  {'relative error':<30} {'raw':>17} {'drift-corrected':>17} {'':>5}")
     print(f"  {'':<30} {'median':>8} {'p90':>8} {'median':>8} {'p90':>8} {'ops':>5}  target (CPU)")
-    print(row("exact hits (re-measured)", exact, "median <= 10%"))
-    print(row("  same, isolated-op timing", isolated, "(why calibrate in-graph)"))
-    print(row("scaled (held-out shapes)", scaled, "median <= 30%"))
-    print(row("roofline (held-out shapes)", roofline, "-"))
+    print(row("exact hits (re-measured)", exact, drift, "median <= 10%"))
+    print(row("  same, isolated-op timing", isolated, drift, "(why calibrate in-graph)"))
+    print(row("scaled (held-out shapes)", scaled, drift, "median <= 30%"))
+    print(row("roofline (held-out shapes)", roofline, drift, "-"))
     for label, rows in whole.items():
-        print(row(f"whole graph, {label} sizes", [(p, m) for _, p, m, _ in rows],
+        print(row(f"whole graph, {label} sizes", [(p, m) for _, p, m, _ in rows], drift,
                   "median <= 15%" if label == "calibrated" else ""))
     print()
     print(f"  {'graph':<44} {'predicted':>10} {'measured':>10} {'error':>7}  sources")
