@@ -33,7 +33,9 @@ def test_demo_exits_0_prints_the_table_and_writes_pictures(tmp_path: Path) -> No
     # Either a measured speed-up is printed, or the reason it is not.
     assert re.search(r"measured speed-up \d+\.\d\dx", out) or "measured: skipped" in out \
         or "measured: failed" in out
-    png = tmp_path / "demo" / "heft_gantt.png"
+    best = re.search(r"best multi-stream plan: (\w+): Gantt (\S+),", out)
+    assert best is not None and best.group(1) in solvers
+    png = Path(best.group(2))
     assert png.stat().st_size > 10_000
     assert float(imread(png)[..., :3].std()) > 0.05
     assert (tmp_path / "demo" / "table.md").read_text().count("\n| ") >= 3
@@ -42,7 +44,7 @@ def test_demo_exits_0_prints_the_table_and_writes_pictures(tmp_path: Path) -> No
 def _args(tmp_path: Path, **kw):
     import argparse
 
-    base = {"out": str(tmp_path / "demo"), "streams": 2, "solver": "heft", "time_limit": 0.2,
+    base = {"out": str(tmp_path / "demo"), "streams": 2, "solver": "best", "time_limit": 0.2,
             "repeats": 5, "no_run": False}
     return argparse.Namespace(**{**base, **kw})
 

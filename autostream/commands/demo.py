@@ -2,8 +2,8 @@
 
 Plans the built-in MoE layer (a shared expert beside routed experts) with several
 solvers, prints the comparison table, writes Gantt charts, Perfetto traces and graph
-dumps into ``--out``, then runs the ``--solver`` plan on the CPU threads runtime (when
-it is installed) and prints the measured speed-up over the best single-stream run
+dumps into ``--out``, then runs the best plan (or ``--solver``'s) on the CPU threads
+runtime (when it is installed) and prints the measured speed-up over the best single-stream run
 (eager, or the same compiled graph on one stream) next to the predicted one.  Missing
 optional pieces are reported, never fatal: the demo exits 0.
 """
@@ -31,7 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", default="autostream-demo", help="folder for the pictures")
     p.add_argument("--streams", type=int, default=2, help="maximum number of streams (default 2)")
-    p.add_argument("--solver", default="heft", help="solver of the measured plan (default heft)")
+    p.add_argument("--solver", default="best",
+                   help="solver of the measured plan (default: the best one in the table)")
     p.add_argument("--time-limit", type=float, default=1.0,
                    help="search budget of cpsat in seconds (default 1)")
     p.add_argument("--repeats", type=int, default=30,
@@ -115,6 +116,14 @@ def _measure(model: Any, inputs: tuple[Any, ...], streamed: Any, report: Any, st
     return lines
 
 
+def _best_solver(results: list, fallback: str) -> str:
+    """The solver of the fastest predicted plan (ties: fewer streams, then name)."""
+    ok = [r for r in results if r.ok and r.schedule is not None]
+    if not ok:
+        return fallback
+    return min(ok, key=lambda r: (r.schedule.makespan, r.schedule.streams_used, r.solver)).solver
+
+
 def run(args: argparse.Namespace) -> int:
     if args.streams < 1:
         raise ValueError(f"--streams must be >= 1, got {args.streams}")
@@ -127,30 +136,18 @@ def run(args: argparse.Namespace) -> int:
         _say(f"demo unavailable: the model zoo (autostream.zoo.moe_model) is missing ({exc})")
         return 0
     from autostream.report.compare import plan_solvers, write_reports
-    from autostream.report.sources import Source, problem_from_model
+    from autostream.report.sources import problem_from_model
     from autostream.report.table import markdown_table
 
     solvers, missing = _available_solvers()
     model, inputs = moe_model()
-    runtime_ok = hasattr(importlib.import_module("autostream.runtime"), "make_runner")
-    streamed = report = source = None
-    if runtime_ok and not args.no_run:
-        _say(f"compiling with torch.compile(backend=autostream.backend(runtime='threads', "
-             f"max_streams={args.streams}, solver={args.solver!r})) ...")
-        try:
-            streamed, report = _compile(model, inputs, args.streams, args.solver, args.time_limit)
-        except Exception as exc:  # noqa: BLE001 - the demo reports, it does not crash
-            _say(f"compiling for the threads runtime failed: {type(exc).__name__}: {exc}")
-        if report is not None and report.plan is not None:
-            source = Source(report.plan.problem, title)
-    if source is None:
-        _say("capturing the post-AOT ATen graph and estimating op costs ...")
-        try:
-            source = problem_from_model(model, inputs, args.streams, time_limit=args.time_limit,
-                                        title=title)
-        except Exception as exc:  # noqa: BLE001 - the demo reports, it does not crash
-            _say(f"demo could not plan the model: {type(exc).__name__}: {exc}")
-            return 0
+    _say("capturing the post-AOT ATen graph and estimating op costs ...")
+    try:
+        source = problem_from_model(model, inputs, args.streams, time_limit=args.time_limit,
+                                    title=title)
+    except Exception as exc:  # noqa: BLE001 - the demo reports, it does not crash
+        _say(f"demo could not plan the model: {type(exc).__name__}: {exc}")
+        return 0
     problem = source.problem
     _say(f"{problem.graph.number_of_nodes()} ops, up to {problem.streams} streams, "
          f"sync latency {problem.sync_latency_us:g} us; planning with {', '.join(solvers)}")
@@ -167,18 +164,29 @@ def run(args: argparse.Namespace) -> int:
             _say(f"note: {r.solver}: {r.note}")
     files = write_reports(args.out, problem, results, title=title)
     out = Path(args.out)
-    _say(f"pictures: {out}/heft_gantt.png (Gantt), {out}/heft_trace.json (open in "
-         f"https://ui.perfetto.dev), {out}/heft_graph.dot (graph), {out}/table.md; "
-         f"{len(files.all())} files in {out}/")
+    ok = [r for r in results if r.ok and r.schedule is not None]
+    multi = [r for r in ok if r.schedule.streams_used > 1] or ok
+    if multi:
+        shown = min(multi, key=lambda r: (r.schedule.makespan, r.solver)).solver
+        _say(f"best multi-stream plan: {shown}: Gantt {files.gantt[shown]}, trace "
+             f"{files.trace[shown]} (open in https://ui.perfetto.dev), graph "
+             f"{files.graph[shown][-1]}")
+    _say(f"{len(files.all())} files in {out}/ (one Gantt chart, trace and graph dump per solver, "
+         "table.md)")
+    runtime_ok = hasattr(importlib.import_module("autostream.runtime"), "make_runner")
     if args.no_run:
         _say("measured: skipped (--no-run)")
     elif not runtime_ok:
         _say("measured: skipped, the CPU threads runtime (autostream.runtime.make_runner) is "
              "not in this build")
-    elif streamed is None or report is None:
-        _say("measured: skipped, the model could not be compiled for the threads runtime")
     else:
+        solver = args.solver if args.solver != "best" else _best_solver(results, "heft")
+        _say(f"measuring: torch.compile(backend=autostream.backend(runtime='threads', "
+             f"max_streams={args.streams}, solver={solver!r})) against one stream ...")
         try:
+            streamed, report = _compile(model, inputs, args.streams, solver, args.time_limit)
+            if report is None:
+                raise RuntimeError("the autostream pass did not run on the model")
             for line in _measure(model, inputs, streamed, report, args.streams, args.repeats):
                 _say(line)
         except Exception as exc:  # noqa: BLE001 - an optional step must not fail the demo
