@@ -30,7 +30,7 @@ by hand with other times can be drawn as planned with ``Timeline.from_schedule``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from autostream.problem import SchedulingProblem
@@ -127,10 +127,16 @@ class Timeline:
         return cls(spans, schedule.makespan, events, output, label or schedule.solver)
 
 
-def cross_stream_syncs(problem: SchedulingProblem, stream_of: Mapping[str, int]) -> list[Sync]:
+def cross_stream_syncs(
+    problem: SchedulingProblem,
+    stream_of: Mapping[str, int],
+    order: Sequence[str] | None = None,
+) -> list[Sync]:
     """One sync per cross-stream dependence plus one join per side stream (not minimal).
 
-    A stand-in for :func:`autostream.sync.compute_syncs` that is always correct.
+    A stand-in for :func:`autostream.sync.compute_syncs` that is always correct; the
+    join is recorded after each side stream's last op in launch ``order`` (default:
+    the topological order).
 
     >>> import networkx as nx
     >>> g = nx.DiGraph([("a", "b")]); nx.set_node_attributes(g, 1.0, "duration")
@@ -139,7 +145,7 @@ def cross_stream_syncs(problem: SchedulingProblem, stream_of: Mapping[str, int])
     """
     out = [Sync(u, v) for u, v in problem.graph.edges if stream_of[u] != stream_of[v]]
     last: dict[int, str] = {}
-    for n in problem.topo_order:
+    for n in order if order is not None else problem.topo_order:
         last[stream_of[n]] = n
     out += [Sync(n, JOIN) for s, n in sorted(last.items()) if s != 0]
     return sorted(out, key=lambda s: (problem.topo_index[s.producer], s.consumer))
@@ -256,7 +262,9 @@ def simulate_plan(
     spans = {n: OpSpan(n, stream_of[n], start[n], end[n]) for n in order}
     makespan = max(end.values(), default=0.0)
     events = _sync_events(
-        spans, sync_list if sync_list is not None else cross_stream_syncs(problem, stream_of), lat
+        spans,
+        sync_list if sync_list is not None else cross_stream_syncs(problem, stream_of, order),
+        lat,
     )
     return Timeline(
         spans, makespan, events, _output_time(spans, events, lat), "simulated",

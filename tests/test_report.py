@@ -71,7 +71,8 @@ PROBLEMS = [fork_join()] + [random_problem(s) for s in range(6)] + [
 def test_simulator_agrees_with_planner(solver: str, index: int) -> None:
     problem = PROBLEMS[index]
     plan = solve(problem, solver)
-    for syncs in (None, syncs_for(problem, plan)[0], cross_stream_syncs(problem, plan.stream_of)):
+    for syncs in (None, syncs_for(problem, plan)[0],
+                  cross_stream_syncs(problem, plan.stream_of, plan.order)):
         tl = simulate_plan(problem, plan, syncs)
         assert math.isclose(tl.makespan, plan.makespan, rel_tol=1e-9, abs_tol=1e-9)
         for n in problem.graph:

@@ -46,7 +46,7 @@ def syncs_for(problem: SchedulingProblem, schedule: Schedule) -> tuple[tuple[Syn
     try:
         from autostream.sync import compute_syncs
     except ImportError as exc:
-        return tuple(cross_stream_syncs(problem, schedule.stream_of)), (
+        return tuple(cross_stream_syncs(problem, schedule.stream_of, schedule.order)), (
             f"autostream.sync unavailable ({exc}); one sync per cross-stream edge"
         )
     return tuple(compute_syncs(problem.graph, schedule)), None
