@@ -151,6 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key, ts in this_round.items():
             op_rounds.setdefault(key, []).append(ts)
     truth = {key: robust_time(r) for key, r in op_rounds.items()}
+    # the noise floor: the same measurement from the even rounds predicting the odd ones
+    floor_ops = [(robust_time(r[0::2]), robust_time(r[1::2])) for r in op_rounds.values()
+                 if len(r) > 1]
+    floor_graphs = [(robust_time(r[0::2]), robust_time(r[1::2])) for r in graph_rounds]
 
     # -- exact hits: the table's entries against the fresh in-graph measurement ---------------
     exact, isolated = [], []
@@ -189,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"  machine drift since calibration (median measured/table on exact hits): x{drift:.3f}")
     print(f"  {'relative error':<30} {'raw':>17} {'drift-corrected':>17} {'':>5}")
     print(f"  {'':<30} {'median':>8} {'p90':>8} {'median':>8} {'p90':>8} {'ops':>5}  target (CPU)")
+    print(row("noise floor: ops, even vs odd", floor_ops, 1.0, "(same pass, no model)"))
+    print(row("noise floor: whole graphs", floor_graphs, 1.0, ""))
     print(row("exact hits (re-measured)", exact, drift, "median <= 10%"))
     print(row("  same, isolated-op timing", isolated, drift, "(why calibrate in-graph)"))
     print(row("scaled (held-out shapes)", scaled, drift, "median <= 30%"))

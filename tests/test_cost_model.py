@@ -175,3 +175,12 @@ def test_scaling_prefers_references_of_the_same_family():
     lo = GENERIC_CPU.launch_overhead_us
     assert est.source == "scaled" and node_signature(trans).key in est.note
     assert est.duration_us == pytest.approx(lo + 2 * (100.0 - lo))
+
+
+def test_stream_ops_of_a_rewritten_graph_are_free():
+    from autostream.dialects.torchair import air_ops
+
+    ops = air_ops()
+    g = torch.fx.Graph()
+    nodes = [g.call_function(op, ()) for op in (ops.scope_exit, ops.record)]
+    assert [model().estimate(n).source for n in nodes] == ["free", "free"]

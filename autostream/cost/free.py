@@ -24,12 +24,17 @@ FREE_PACKETS = frozenset({
 
 _FREE_CALLABLES = (operator.getitem,)
 
+#: namespaces of the stream ops a rewrite inserts (TorchAir's and autostream's own)
+STREAM_NAMESPACES = frozenset({"air", "autostream"})
+
 
 def is_free_target(target: Any) -> bool:
     """True when a call_function target only changes metadata (views, getitem)."""
     if target in _FREE_CALLABLES:
         return True
     if isinstance(target, torch._ops.OpOverload):
+        if target.namespace in STREAM_NAMESPACES:
+            return True  # scope/record/wait: priced by sync_latency_us and stream_switch_us
         return target.namespace == "aten" and target._opname in FREE_PACKETS
     # symbolic-shape arithmetic (operator.mul on SymInts, sym_size) runs on the host
     return getattr(target, "__module__", None) in ("_operator", "operator", "math")
