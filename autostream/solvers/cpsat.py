@@ -127,19 +127,22 @@ def _window_bound(tg: TaskGraph, win: Window, streams: int) -> int:
 #: deterministic limit (reproducible) usually binds before the wall-clock cap of
 #: ``1.5 * budget`` (a safety net for overloaded machines, where CP-SAT's
 #: deterministic clock runs 5-20x slower than the wall: ``stats["deterministic"]``
-#: then says False).
+#: then says False).  All solves of one plan together stop at ``time_limit`` wall
+#: seconds; windows left after that keep their greedy plan.
 DET_PER_SECOND = 0.25
 _WALL_FACTOR = 1.5
 
 
-def _parameters(budget: float, seed: int, workers: int) -> cp_model.CpSolver:
+def _parameters(
+    budget: float, seed: int, workers: int, wall_left: float = float("inf")
+) -> cp_model.CpSolver:
     solver = cp_model.CpSolver()
     p = solver.parameters
     p.random_seed = seed
     p.num_workers = workers
     p.interleave_search = workers > 1  # deterministic portfolio
     p.max_deterministic_time = max(budget, 0.02) * DET_PER_SECOND
-    p.max_time_in_seconds = max(budget, 0.02) * _WALL_FACTOR
+    p.max_time_in_seconds = max(0.01, min(max(budget, 0.02) * _WALL_FACTOR, wall_left))
     return solver
 
 
@@ -282,6 +285,29 @@ def colour(tg: TaskGraph, win: Window, streams: int, start: Mapping[int, int]) -
     return stream
 
 
+def retime(
+    tg: TaskGraph, win: Window, stream: Mapping[int, int], start: Mapping[int, int]
+) -> dict[int, int]:
+    """Earliest times for a stream assignment and launch order (by ``start``), with latency.
+
+    Capacity is not re-checked: the caller uses it for share-free windows.
+    """
+    lat = tg.latency
+    free = list(win.free)
+    out: dict[int, int] = {}
+    for v in sorted(win.tasks, key=lambda v: (start[v], v)):
+        s = stream[v]
+        t = max(win.lo, free[s])
+        for e, ps in win.ext[v]:
+            t = max(t, e + (lat if ps != s else 0))
+        for u in tg.preds[v]:
+            if u in out:
+                t = max(t, out[u] + tg.duration[u] + (lat if stream[u] != s else 0))
+        out[v] = t
+        free[s] = t + tg.duration[v]
+    return out
+
+
 def solve_window(
     tg: TaskGraph,
     win: Window,
@@ -293,13 +319,20 @@ def solve_window(
     workers: int = 1,
     lower_bound: int = 0,
     sync_budget: float = 0.0,
+    wall_left: float = float("inf"),
+    approximate: bool = False,
 ) -> CpResult:
-    """Solve one window; ``sync_budget > 0`` adds the second (sync/stream) solve."""
+    """Solve one window; ``sync_budget > 0`` adds the second (sync/stream) solve.
+
+    ``wall_left`` caps the wall-clock seconds of both solves together.
+    ``approximate`` uses the machines model even with sync latency: the timeline
+    is solved without latency, coloured onto streams, then re-timed with it.
+    """
     tasks = win.tasks
     hint_stream, hint_start = hint
     horizon = max(hint_start[v] + tg.duration[v] for v in tasks)
     mk_floor = max(win.lo, lower_bound, _window_bound(tg, win, streams))
-    machines = tg.latency == 0
+    machines = tg.latency == 0 or approximate
     if machines:
         m, start, mk = _machines_model(tg, win, streams, horizon, mk_floor)
         x: dict = {}
@@ -314,7 +347,7 @@ def solve_window(
         m.minimize(mk * (len(cross) + 1) + sum(cross))
     else:
         m.minimize(mk)
-    solver = _parameters(budget, seed, workers)
+    solver = _parameters(budget, seed, workers, wall_left)
     status = solver.solve(m)
     wall, det = solver.wall_time, solver.deterministic_time
     hit_wall = _hit_wall(solver)
@@ -329,6 +362,11 @@ def solve_window(
     starts = {v: solver.value(start[v]) for v in tasks}
     if machines:
         stream = colour(tg, win, streams, starts)
+        if tg.latency:
+            starts = retime(tg, win, stream, starts)
+            best_mk = max(starts[v] + tg.duration[v] for v in tasks)
+            if best_mk > bound:
+                name = "FEASIBLE"
     else:
         stream = _read_streams(solver, tasks, x)
     if sync_budget > 0 and streams > 1:
@@ -338,7 +376,7 @@ def solve_window(
             tg, win, streams, best_mk, mk_floor, (stream, starts)
         )
         m.minimize(sum(cross) * (streams + 1) + sum(used))
-        second = _parameters(sync_budget, seed, workers)
+        second = _parameters(sync_budget, seed, workers, wall_left - solver.wall_time)
         status2 = second.solve(m)
         wall += second.wall_time
         det += second.deterministic_time
@@ -462,6 +500,10 @@ def _plan_tasks(
     for tasks in parts:
         win = Window.make(tg, tasks, placed, streams)
         key = win.key(tg)
+        if key not in memo and time_limit - wall < 0.05:  # out of time: the greedy plan
+            memo[key] = _relative(tasks, *greedy_window(tg, win, streams, rank), win.lo)
+            stats["windows_greedy"] = int(stats.get("windows_greedy", 0)) + 1
+            stats["window_reuses"] = int(stats["window_reuses"]) - 1
         if key in memo:
             rel_stream, rel_start = memo[key]
             stream = {v: rel_stream[i] for i, v in enumerate(tasks)}
@@ -486,6 +528,8 @@ def _plan_tasks(
                 seed=seed, workers=workers,
                 lower_bound=lower_bound if single else 0,
                 sync_budget=budget * sync_share if single and streams > 1 else 0.0,
+                wall_left=time_limit - wall,
+                approximate=not single and not any(tg.share[v] for v in tasks),
             )
             statuses.append(res.status)
             wall, det = wall + res.wall, det + res.det_time
@@ -496,10 +540,7 @@ def _plan_tasks(
                 stream, start = res.stream, res.start
             else:
                 stream, start = hint
-            memo[key] = (
-                [stream[v] for v in tasks],
-                [start[v] - win.lo for v in tasks],
-            )
+            memo[key] = _relative(tasks, stream, start, win.lo)
         for v in tasks:
             placed.put(v, stream[v], start[v], tg.duration[v])
         remaining_tasks -= len(tasks)
@@ -512,6 +553,12 @@ def _plan_tasks(
     if bound is not None:
         stats["bound_units"] = bound
     return placed.stream, placed.start, stats
+
+
+def _relative(
+    tasks: tuple[int, ...], stream: Mapping[int, int], start: Mapping[int, int], lo: int
+) -> tuple[list[int], list[int]]:
+    return [stream[v] for v in tasks], [start[v] - lo for v in tasks]
 
 
 def _mk(tg: TaskGraph, start: Mapping[int, int]) -> int:
