@@ -4,7 +4,8 @@ Every zoo model (and a few random DAG models) is captured once, costed with the
 default cost model, and planned by every solver on ``--streams`` streams.  Prints
 markdown tables (models x solvers) and writes figures into ``experiments/figures/``:
 ``solver_speedups.png`` (grouped bars) and ``gantt_<model>.png`` (the best plan of
-each model that uses several streams, with syncs, makespan and lower bound).
+each model that uses several streams, with syncs, makespan and lower bound), and the
+graph dump of the article's model (``graph_article.dot``, ``.svg`` with Graphviz).
 
     python experiments/compare_solvers.py            # ~1-2 min on 2 cores
     python experiments/compare_solvers.py --quick    # cpsat 1 s, one random DAG
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from autostream import zoo
 from autostream.report.compare import plan_solvers, syncs_for
+from autostream.report.dot import write_graph
 from autostream.report.gantt import gantt_png
 from autostream.report.sources import problem_from_model
 from autostream.report.table import SolverResult, fmt_pct
@@ -135,6 +137,14 @@ def main(argv: list[str] | None = None) -> int:
                                f"{best.schedule.streams_used} streams{versus}, "
                                f"{len(syncs)} sync(s)")
         print(f"![{name}, {best.solver}](figures/{path.name})")
+        if name == "article":  # the seed article's example: its graph dump, like TorchAir's
+            dumped = write_graph(args.figures / "graph_article.dot", problems[name],
+                                 best.schedule, syncs)
+            shown = dumped[-1].name
+            print(f"\nThe article's model, planned by {best.solver} (dashed: record/wait): "
+                  + (f"![graph dump](figures/{shown})" if shown.endswith(".svg")
+                     else f"[figures/{shown}](figures/{shown}) (install Graphviz for the SVG)")
+                  + "\n")
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     return 1 if len(failed) == sum(len(r) for r in rows.values()) else 0
 

@@ -52,7 +52,7 @@ def graph_dot(
     syncs = list(syncs)
     kind = op_kinds(problem, kinds)
     colours = kind_colours(kind)
-    lines = [f"digraph {_q(name)} {{", "  rankdir=TB;", "  compound=true;",
+    lines = [f"digraph {_q(name)} {{", "  rankdir=TB;", "  newrank=true;",
              '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];',
              '  edge [color="#555555"];']
     need_output = any(s.consumer == JOIN for s in syncs)
@@ -72,9 +72,16 @@ def graph_dot(
     for u, v in sorted(problem.graph.edges, key=lambda e: (position[e[0]], position[e[1]])):
         lines.append(f"  {_q(u)} -> {_q(v)};")
     for s in syncs:
+        # A join edge may pull <output> below the side streams; other syncs must not
+        # distort the data-flow layout.
+        constraint = "true" if s.consumer == JOIN else "false"
         lines.append(f"  {_q(s.producer)} -> {_q(s.consumer)} "
-                     '[style=dashed, color="#D62728", constraint=false, label="record/wait", '
-                     "fontsize=8];")
+                     f'[style=dashed, color="#D62728", constraint={constraint}, '
+                     'label="record/wait", fontsize=8];')
+    main_ops = schedule.stream_sequences().get(0, [])
+    if main_ops and any(s.consumer == JOIN for s in syncs):
+        # Layout only: the output comes after the main stream's last op.
+        lines.append(f"  {_q(main_ops[-1])} -> {_q(JOIN)} [style=invis];")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
