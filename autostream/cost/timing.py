@@ -91,7 +91,15 @@ class CpuTimer:
 
     def contention(self, fn: Callable[[], object], fn2: Callable[[], object], n: int
                    ) -> tuple[float, float]:
+        """Time ``n`` calls alone (all intra-op threads), then beside a second copy.
+
+        While two copies run, each thread gets half of the intra-op threads: the
+        threads runtime divides cores between running streams the same way, so the
+        measured slowdown is the one a two-stream plan meets.
+        """
         clock = time.perf_counter_ns
+        total = torch.get_num_threads()
+        half = max(1, total // 2)
         with no_gc():
             t0 = clock()
             for _ in range(n):
@@ -100,19 +108,24 @@ class CpuTimer:
         barrier = threading.Barrier(2)
 
         def other() -> None:
+            torch.set_num_threads(half)
             barrier.wait()
             for _ in range(n):
                 fn2()
 
         th = threading.Thread(target=other, daemon=True)
         th.start()
-        with no_gc():
-            barrier.wait()
-            t0 = clock()
-            for _ in range(n):
-                fn()
-            th.join()
-            return alone, (clock() - t0) / 1e3
+        torch.set_num_threads(half)
+        try:
+            with no_gc():
+                barrier.wait()
+                t0 = clock()
+                for _ in range(n):
+                    fn()
+                th.join()
+                return alone, (clock() - t0) / 1e3
+        finally:
+            torch.set_num_threads(total)
 
     def record_wait_us(self, n: int = 200) -> float:
         """Half a ping-pong between two threads through ``threading.Event``: what one
