@@ -12,7 +12,7 @@ make a 5,000-op graph.
 
 >>> p = decoder_problem(layers=2, streams=4)
 >>> len(p.graph), p.streams
-(326, 4)
+(322, 4)
 """
 
 from __future__ import annotations

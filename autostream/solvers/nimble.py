@@ -25,12 +25,20 @@ from autostream.solvers.base import schedule_from_assignment
 
 
 def _match(left: list, edges: list[tuple]) -> dict:
-    """Maximum matching left -> right of a bipartite edge list (deterministic)."""
-    b = nx.DiGraph()
-    b.add_nodes_from(("L", x) for x in left)
-    b.add_edges_from((("L", u), ("R", v)) for u, v in edges)
-    matching = nx.bipartite.hopcroft_karp_matching(b.to_undirected(), [("L", x) for x in left])
-    return {u[1]: v[1] for u, v in matching.items() if u[0] == "L"}
+    """Maximum matching left -> right of a bipartite edge list.
+
+    Nodes are relabelled to integers first: networkx's Hopcroft-Karp iterates over
+    sets, whose order for strings changes with every process (hash randomisation),
+    while for integers it is reproducible.
+    """
+    index = {x: i for i, x in enumerate(left)}
+    rights = list(dict.fromkeys(v for _, v in edges))
+    rindex = {x: len(left) + i for i, x in enumerate(rights)}
+    b = nx.Graph()
+    b.add_nodes_from(range(len(left) + len(rights)))
+    b.add_edges_from((index[u], rindex[v]) for u, v in edges)
+    matching = nx.bipartite.hopcroft_karp_matching(b, range(len(left)))
+    return {left[u]: rights[v - len(left)] for u, v in matching.items() if u < len(left)}
 
 
 def nimble_streams(problem: SchedulingProblem) -> list[list[str]]:
