@@ -27,34 +27,13 @@ def problem_from_model(
     time_limit: float = 10.0,
     title: str = "model",
 ) -> Source:
-    """Capture ``model``'s post-AOT graph, estimate op costs, and return the problem.
+    """Capture ``model``'s post-AOT graph (the largest, if Dynamo splits it), estimate
+    op costs, and return the problem."""
+    from autostream.planning import plan_model
 
-    Uses ``autostream.passes.plan_model`` when it exists, else captures the graphs
-    itself and plans the largest one (a model with graph breaks has several).
-    """
-    notes: list[str] = []
-    try:
-        from autostream.passes import plan_model  # type: ignore[attr-defined]
-    except ImportError:
-        plan_model = None
-    if plan_model is not None:
-        plan = plan_model(model, example_inputs, max_streams=streams, solver="single",
-                          cost_table=cost_table, time_limit=time_limit)
-        return Source(plan.problem, title, tuple(notes))
-    from autostream.capture import capture_graphs
-    from autostream.planning import PlanOptions, plan_graph
-
-    graphs = capture_graphs(model, example_inputs)
-    if not graphs:
-        raise ValueError(f"{title}: torch.compile produced no graph to plan")
-    options = PlanOptions(max_streams=streams, solver="single", cost_table=cost_table,
-                          time_limit=time_limit)
-    plans = [plan_graph(gm, options) for gm in graphs]
-    best = max(plans, key=lambda p: p.problem.graph.number_of_nodes())
-    if len(plans) > 1:
-        notes.append(f"{len(plans)} graphs captured (graph breaks); comparing the largest, "
-                     f"{best.problem.graph.number_of_nodes()} ops")
-    return Source(best.problem, title, tuple(notes))
+    plan = plan_model(model, example_inputs, max_streams=streams, solver="single",
+                      cost_table=cost_table, time_limit=time_limit)
+    return Source(plan.problem, title, ())
 
 
 def problem_from_spec(
