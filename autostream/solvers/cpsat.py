@@ -52,7 +52,9 @@ windows left (stream free times, producers' ends and streams, running load) and
 gets a share of the total time.  A window whose tasks and boundary are identical
 to an earlier one (repeated layers) reuses that solution, so the solving time
 grows with the number of *distinct* windows.  Windows use one solve with the
-objective ``makespan * (E + 1) + cross``.
+objective ``makespan * (E + 1) + cross``; share-free windows with sync latency use
+the machines model (solved without latency, coloured, re-timed with it), whose
+tenfold smaller model CP-SAT handles within a window's budget.
 
 Whatever the model says, the plan returned is the best predicted one (the
 timeline simulator) among the CP-SAT plans, the HEFT plan, ``single`` and the
