@@ -44,7 +44,7 @@ from autostream.cost.table import CostTable, Entry, Skipped
 from autostream.cost.timing import available_device, make_timer
 
 #: target wall time of each contention measurement (us); keeps calibration quick
-CONTENTION_TARGET_US = 3000.0
+CONTENTION_TARGET_US = 20_000.0
 #: timing passes over all ops (samples of one op are spread over time; see _time_rounds)
 ROUNDS = 10
 
@@ -219,7 +219,7 @@ def _entry(job: _Job, timer: Any) -> Entry:
     times = job.times
     median = statistics.median(times)
     spread = _quantile(times, 0.75) - _quantile(times, 0.25) if len(times) > 1 else 0.0
-    n = int(min(200, max(2, math.ceil(CONTENTION_TARGET_US / max(median, 1e-3)))))
+    n = int(min(400, max(10, math.ceil(CONTENTION_TARGET_US / max(median, 1e-3)))))
     ratios = []
     for _ in range(3):
         alone, together = timer.contention(job.run, job.run2, n)

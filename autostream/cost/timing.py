@@ -59,6 +59,10 @@ def cpu_l2_bytes(default: int = 1 << 20) -> int:
     return best or default
 
 
+#: untimed calls after each change of the intra-op thread count
+WARMUP_AFTER_THREAD_CHANGE = 3
+
+
 class CpuTimer:
     """Wall-clock timing with ``time.perf_counter_ns``; concurrency with a second thread.
 
@@ -100,6 +104,10 @@ class CpuTimer:
         clock = time.perf_counter_ns
         total = torch.get_num_threads()
         half = max(1, total // 2)
+        # Changing the intra-op thread count resizes the OpenMP team on the next call:
+        # warm up after every change so that resize is not timed.
+        for _ in range(WARMUP_AFTER_THREAD_CHANGE):
+            fn()
         with no_gc():
             t0 = clock()
             for _ in range(n):
@@ -109,6 +117,8 @@ class CpuTimer:
 
         def other() -> None:
             torch.set_num_threads(half)
+            for _ in range(WARMUP_AFTER_THREAD_CHANGE):
+                fn2()
             barrier.wait()
             for _ in range(n):
                 fn2()
@@ -117,6 +127,8 @@ class CpuTimer:
         th.start()
         torch.set_num_threads(half)
         try:
+            for _ in range(WARMUP_AFTER_THREAD_CHANGE):
+                fn()
             with no_gc():
                 barrier.wait()
                 t0 = clock()

@@ -18,6 +18,9 @@ from autostream.solvers.base import launch_order, schedule_from_assignment
 
 _EPS = 1e-9
 
+#: how many of a stream's latest busy intervals the gap search looks into
+INSERTION_WINDOW = 64
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -42,52 +45,90 @@ def upward_rank(problem: SchedulingProblem) -> dict[str, float]:
     return rank
 
 
+class _LoadProfile:
+    """The device load as a step function: ``loads[i]`` holds on ``[times[i], times[i+1])``."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = [0.0]
+        self.loads: list[float] = [0.0]
+
+    def _split(self, t: float) -> int:
+        i = bisect.bisect_right(self.times, t) - 1
+        if abs(self.times[i] - t) <= _EPS:
+            return i
+        self.times.insert(i + 1, t)
+        self.loads.insert(i + 1, self.loads[i])
+        return i + 1
+
+    def add(self, start: float, end: float, share: float) -> None:
+        a, b = self._split(start), self._split(end)
+        for k in range(a, b):
+            self.loads[k] += share
+
+    def overflow_end(self, start: float, end: float, limit: float) -> float | None:
+        """End of the last step in ``[start, end)`` whose load exceeds ``limit``, or ``None``.
+
+        No start before that end (and after ``start``) can fit: its window would still
+        cover that step.
+        """
+        times, loads = self.times, self.loads
+        i = max(bisect.bisect_right(times, start + _EPS) - 1, 0)
+        last = None
+        while i < len(times) and times[i] < end - _EPS:
+            if loads[i] > limit + _EPS:
+                last = i
+            i += 1
+        if last is None:
+            return None
+        return times[last + 1] if last + 1 < len(times) else float("inf")
+
+
 class _Timeline:
     """Busy intervals of each stream and the device load, for gap search."""
 
     def __init__(self, streams: int, capacity: float) -> None:
         self.busy: list[list[tuple[float, float]]] = [[] for _ in range(streams)]
-        self.loaded: list[tuple[float, float, float]] = []  # (start, end, share), share > 0
+        self.load = _LoadProfile()
         self.capacity = capacity
 
-    def load_fits(self, t: float, d: float, share: float) -> bool:
-        if share <= 0:
-            return True
-        hi = t + d
-        events = []
-        for s, e, r in self.loaded:
-            if s < hi - _EPS and e > t + _EPS:
-                events.append((max(s, t), r))
-                events.append((min(e, hi), -r))
-        load = share
-        for _, r in sorted(events, key=lambda x: (x[0], x[1])):
-            load += r
-            if load > self.capacity + _EPS:
-                return False
-        return True
+    def _stream_conflict(self, stream: int, t: float, d: float) -> float | None:
+        """End of the last busy interval of ``stream`` overlapping ``[t, t + d)``, or ``None``.
+
+        No start before that end (and after ``t``) can fit: its window would still
+        overlap that interval.
+        """
+        busy = self.busy[stream]
+        hi = t + max(d, 0.0)
+        i = bisect.bisect_left(busy, (hi - _EPS, float("-inf")))  # first interval starting >= hi
+        k = i - 1
+        if k >= 0 and busy[k][1] > t + _EPS and (d > _EPS or busy[k][0] < t - _EPS):
+            return busy[k][1]
+        return None
 
     def earliest(self, stream: int, ready: float, d: float, share: float) -> float:
-        """Earliest start >= ready where the stream is idle and the capacity suffices."""
-        candidates = {ready}
-        candidates.update(e for _, e in self.busy[stream] if e > ready)
-        if share > 0:
-            candidates.update(e for _, e, _ in self.loaded if e > ready)
+        """Earliest start >= ready where the stream is idle and the capacity suffices.
+
+        Each conflict moves the candidate start past it: past the end of the busy
+        interval in the way, or past the step of the load profile that overflows.
+        Gaps are searched among the last ``INSERTION_WINDOW`` intervals of the
+        stream only, which keeps HEFT near-linear on graphs of thousands of ops.
+        """
         busy = self.busy[stream]
-        for t in sorted(candidates):
-            i = bisect.bisect_right(busy, (t + d - _EPS, float("inf")))
-            # the interval before index i must end by t; none may start before t + d
-            if i > 0 and busy[i - 1][1] > t + _EPS and busy[i - 1][0] < t + d - _EPS:
-                continue
-            if d <= _EPS and i > 0 and busy[i - 1][0] < t - _EPS < busy[i - 1][1] - _EPS:
-                continue
-            if self.load_fits(t, d, share):
+        t = ready
+        if len(busy) > INSERTION_WINDOW:
+            t = max(t, busy[-INSERTION_WINDOW][1])
+        while True:
+            blocked_until = self._stream_conflict(stream, t, d)
+            if blocked_until is None and share > 0 and d > _EPS:
+                blocked_until = self.load.overflow_end(t, t + d, self.capacity - min(share, self.capacity))
+            if blocked_until is None:
                 return t
-        raise AssertionError("unreachable: the end of the timeline always fits")
+            t = blocked_until
 
     def place(self, stream: int, t: float, d: float, share: float) -> None:
         bisect.insort(self.busy[stream], (t, t + d))
         if share > 0 and d > 0:
-            self.loaded.append((t, t + d, share))
+            self.load.add(t, t + d, share)
 
 
 def heft_placement(problem: SchedulingProblem) -> Placement:
