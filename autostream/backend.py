@@ -39,9 +39,27 @@ def backend(runtime: str = "auto", sanitize: bool = False, **options: Any) -> Ca
         kind = select_runtime(runtime, example_inputs)
         return make_boxed_func(make_runner(gm, kind, sanitize=sanitize))
 
-    compile_fn = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
+    aot_compile = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
+
+    def compile_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        seen = len(stream_pass.reports)
+        compiled = aot_compile(gm, example_inputs)
+        reports = stream_pass.reports[seen:]
+        if reports and not any(r.applied for r in reports) and not _needs_autograd(gm, example_inputs):
+            # Nothing runs concurrently: Dynamo's graph calls the original (eager) ops,
+            # which skips AOTAutograd's decompositions and per-call wrappers.
+            return gm.forward
+        return compiled
+
     compile_fn.autostream_pass = stream_pass
     return compile_fn
+
+
+def _needs_autograd(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    tensors = [*gm.parameters(), *(x for x in example_inputs if isinstance(x, torch.Tensor))]
+    return any(t.requires_grad for t in tensors)
 
 
 def autostream_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):

@@ -34,9 +34,9 @@ class PlanOptions:
     """
 
     max_streams: int = 2
-    solver: str = "heft"
+    solver: str = "cpsat"
     cost_table: str | None = None
-    time_limit: float = 10.0
+    time_limit: float = 5.0
 
     def __post_init__(self) -> None:
         if isinstance(self.max_streams, bool) or not isinstance(self.max_streams, int) or self.max_streams < 1:
@@ -159,9 +159,9 @@ def plan_model(
     model: torch.nn.Module,
     example_inputs: Any,
     max_streams: int = 2,
-    solver: str = "heft",
+    solver: str = "cpsat",
     cost_table: str | CostModel | None = None,
-    time_limit: float = 10.0,
+    time_limit: float = 5.0,
 ) -> Plan:
     """Capture ``model``'s post-AOT graph and plan it (the largest graph if Dynamo splits it).
 
