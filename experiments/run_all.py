@@ -39,6 +39,8 @@ class Experiment:
     about: str
     #: used with ``--quick`` when the script has no ``--quick`` option of its own
     quick_args: tuple[str, ...] = ()
+    #: used for full runs
+    full_args: tuple[str, ...] = ()
 
 
 EXPERIMENTS = (
@@ -49,7 +51,7 @@ EXPERIMENTS = (
                ("--limit", "5", "--streams", "2", "4", "--time-limit", "1")),
     Experiment("scale_benchmark.py", "Scale benchmark",
                "cpsat planning time and gap on synthetic decoder graphs of growing depth.",
-               ("--layers", "4", "--time-limit", "1")),
+               ("--layers", "4", "--time-limit", "1"), ("--layers", "4", "8", "16", "32")),
     Experiment("cost_accuracy.py", "Cost-model accuracy",
                "Estimated versus measured op and graph times on this machine.",
                ("--repeat", "5")),
@@ -109,8 +111,7 @@ def run_experiment(exp: Experiment, quick: bool, timeout_s: float) -> Outcome:
     if not path.is_file():
         return Outcome(exp, [], None, 0.0, "", "", ())
     cmd = [sys.executable, str(path.relative_to(ROOT))]
-    if quick:
-        cmd += quick_arguments(exp, path)
+    cmd += quick_arguments(exp, path) if quick else list(exp.full_args)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     FIGURES.mkdir(exist_ok=True)
