@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import JOIN, Schedule, Sync
-
-_EPS = 1e-9
+from autostream.timeline import run_events
 
 
 @dataclass(frozen=True)
@@ -258,7 +257,7 @@ def simulate_plan(
                 cross = stream_of[s.producer] != stream_of[s.consumer]
                 gates[s.consumer].append((s.producer, lat if cross else 0.0))
     release = {n: (i + 1) * launch_overhead_us for i, n in enumerate(order)}
-    start, end = _run(problem, stream_of, order, gates, release)
+    start, end = run_events(problem, stream_of, order, gates, release)
     spans = {n: OpSpan(n, stream_of[n], start[n], end[n]) for n in order}
     makespan = max(end.values(), default=0.0)
     events = _sync_events(
@@ -270,81 +269,3 @@ def simulate_plan(
         spans, makespan, events, _output_time(spans, events, lat), "simulated",
         {"launch_overhead_us": launch_overhead_us},
     )
-
-
-def _run(
-    problem: SchedulingProblem,
-    stream_of: Mapping[str, int],
-    order: tuple[str, ...],
-    gates: Mapping[str, list[tuple[str, float]]],
-    release: Mapping[str, float],
-) -> tuple[dict[str, float], dict[str, float]]:
-    """The event loop; mirrors ``autostream.timeline.simulate`` step for step."""
-    queues: dict[int, list[str]] = {}
-    for n in order:
-        queues.setdefault(stream_of[n], []).append(n)
-    head = {s: 0 for s in queues}
-    stream_free = {s: 0.0 for s in queues}
-    start: dict[str, float] = {}
-    end: dict[str, float] = {}
-    remaining: dict[str, float] = {}
-    running: set[str] = set()
-    now = 0.0
-
-    def ready_time(n: str) -> float | None:
-        t = max(stream_free[stream_of[n]], release[n])
-        for p, delay in gates[n]:
-            if p not in end:
-                return None
-            t = max(t, end[p] + delay)
-        return t
-
-    while len(end) < len(order):
-        next_ready = float("inf")
-        progressed = True
-        while progressed:
-            progressed = False
-            for s in sorted(queues):
-                if head[s] >= len(queues[s]):
-                    continue
-                n = queues[s][head[s]]
-                if n in running:
-                    continue
-                t = ready_time(n)
-                if t is None:
-                    continue
-                if t <= now + _EPS:
-                    start[n] = now
-                    remaining[n] = problem.duration(n)
-                    running.add(n)
-                    if remaining[n] <= _EPS:
-                        running.discard(n)
-                        end[n] = now
-                        stream_free[s] = now
-                        head[s] += 1
-                    progressed = True
-                else:
-                    next_ready = min(next_ready, t)
-        if not running:
-            if len(end) == len(order):  # the last ops had zero duration
-                break
-            if next_ready == float("inf"):
-                stuck = [n for n in order if n not in end]
-                raise ValueError(f"plan deadlocks: ops {stuck[:5]} can never start")
-            now = next_ready
-            continue
-        load = sum(problem.share(n) for n in running)
-        slow = problem.capacity / load if load > problem.capacity else 1.0
-        rates = {n: (slow if problem.share(n) > 0 else 1.0) for n in running}
-        dt = min(remaining[n] / rates[n] for n in running)
-        dt = min(dt, next_ready - now)
-        now += dt
-        for n in sorted(running):
-            remaining[n] -= dt * rates[n]
-            if remaining[n] <= _EPS * max(1.0, problem.duration(n)):
-                running.discard(n)
-                end[n] = now
-                s = stream_of[n]
-                stream_free[s] = now
-                head[s] += 1
-    return start, end

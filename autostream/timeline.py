@@ -22,6 +22,9 @@ from autostream.problem import SchedulingProblem
 _EPS = 1e-9
 
 
+Gate = tuple[str, float]
+
+
 def simulate(
     problem: SchedulingProblem,
     stream_of: Mapping[str, int],
@@ -43,24 +46,40 @@ def simulate(
     for u, v in g.edges:
         if position[u] > position[v]:
             raise ValueError(f"launch order puts {v!r} before its producer {u!r}")
+    lat = problem.sync_latency_us
+    gates = {
+        n: [(p, lat if stream_of[p] != stream_of[n] else 0.0) for p in g.predecessors(n)]
+        for n in order
+    }
+    return run_events(problem, stream_of, order, gates, dict.fromkeys(order, 0.0))
+
+
+def run_events(
+    problem: SchedulingProblem,
+    stream_of: Mapping[str, int],
+    order: Sequence[str],
+    gates: Mapping[str, Sequence[Gate]],
+    release: Mapping[str, float],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The event loop: op ``n`` starts once its stream is free, ``release[n]`` has passed
+    and every gate ``(p, delay)`` has ``end[p] + delay`` passed; contention slows ops."""
     queues: dict[int, list[str]] = {}
     for n in order:
         queues.setdefault(stream_of[n], []).append(n)
-    head = {s: 0 for s in queues}
-    stream_free = {s: 0.0 for s in queues}
+    head = dict.fromkeys(queues, 0)
+    stream_free = dict.fromkeys(queues, 0.0)
     start: dict[str, float] = {}
     end: dict[str, float] = {}
     remaining: dict[str, float] = {}
     running: set[str] = set()
     now = 0.0
-    lat = problem.sync_latency_us
 
     def ready_time(n: str) -> float | None:
-        t = stream_free[stream_of[n]]
-        for p in g.predecessors(n):
+        t = max(stream_free[stream_of[n]], release[n])
+        for p, delay in gates[n]:
             if p not in end:
                 return None
-            t = max(t, end[p] + (lat if stream_of[p] != stream_of[n] else 0.0))
+            t = max(t, end[p] + delay)
         return t
 
     while len(end) < len(order):
