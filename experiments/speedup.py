@@ -39,6 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import autostream  # noqa: E402
+from autostream.planning import PlanOptions  # noqa: E402
 from autostream.runtime import make_runner  # noqa: E402
 from autostream.runtime.builder import two_chains  # noqa: E402
 from autostream.zoo import ZOO, random_dag_model, two_branch_gemv  # noqa: E402
@@ -74,10 +75,15 @@ def _sync(device: torch.device | None) -> None:
 
 def time_alternating(variants: dict[str, Callable[[], Any]], runs: int, warmup: int,
                      device: torch.device | None = None) -> dict[str, float]:
-    """Median seconds of one call of each variant, the variants interleaved round by round."""
+    """Median seconds of one call of each variant, the variants interleaved round by round.
+
+    Each timed call follows one untimed call of the same variant, so no variant is
+    timed while the previous variant's OpenMP threads still spin down.
+    """
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(warmup + runs):
         for name, fn in variants.items():
+            fn()
             _sync(device)
             t0 = time.perf_counter()
             fn()
@@ -190,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtime", default="auto", choices=("auto", "threads", "streams"))
     parser.add_argument("--device", default="cpu", help="cpu, cuda, npu... (default cpu)")
     parser.add_argument("--max-streams", type=int, default=2)
-    parser.add_argument("--solver", default="heft")
+    parser.add_argument("--solver", default=PlanOptions.solver,
+                        help="planner (default: the pass default, %(default)s)")
     parser.add_argument("--cost-table", help="cost table name or JSON path (default: planner's)")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile baseline")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")

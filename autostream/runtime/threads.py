@@ -5,14 +5,18 @@
 ATen ops release the GIL, so streams really overlap.
 
 Intra-op threads: ``torch.set_num_threads`` sets the *calling thread's* OpenMP
-thread count (and MKL's thread-local one) once the thread has initialised its
-ATen thread state, so each stream thread sets its own count before each op:
-``max(1, budget // running)``, where ``budget`` is the caller's
-``torch.get_num_threads()`` at call time and ``running`` the number of streams
-neither finished nor blocked in a wait.  A stream alone therefore uses every core
-(a prefix before the fork, a tail after the join), two running streams share
-them.  The caller's own count is restored after each call.  Pass
-``intra_op_threads=n`` for a fixed ``n`` per stream instead.
+thread count (and MKL's thread-local one), so each stream thread sets its own
+count: for the whole call every stream gets ``max(1, budget // streams)``, where
+``budget`` is the caller's ``torch.get_num_threads()`` and ``streams`` the number
+of streams in the plan; side-stream workers never use more than one thread.  The
+caller's own count is restored after each call.  Pass ``intra_op_threads=n`` for a
+fixed ``n`` per stream instead.
+
+Why fixed and not re-divided as streams block and finish: a thread that ran a
+parallel region keeps its OpenMP team spinning for a while after it; on a 2-core
+machine, changing counts mid-call (or a worker with its own 2-thread team) left
+those idle teams competing with the running ops, and measured runs were up to 4x
+slower, eager ops of the calling thread included.
 """
 
 from __future__ import annotations
@@ -93,20 +97,19 @@ def _where(stream: int) -> str:
     return "main stream" if stream == 0 else stream_label(stream)
 
 
-class _ThreadBudget:
-    """Divides ``budget`` intra-op threads between the streams currently running."""
+#: intra-op threads of a side-stream worker (see the module docstring)
+SIDE_STREAM_THREADS = 1
 
-    def __init__(self, budget: int, streams: int, fixed: int | None):
-        self.budget, self.running, self.fixed = budget, streams, fixed
-        self._lock = threading.Lock()
-        self.current: dict[int, int | None] = {}
 
-    def change(self, delta: int) -> None:
-        with self._lock:
-            self.running += delta
+class _ThreadCounts:
+    """Sets each stream thread's intra-op thread count once per call."""
+
+    def __init__(self, per_stream: int):
+        self.per_stream = per_stream
+        self.current: dict[int, int] = {}
 
     def apply(self, stream: int) -> None:
-        want = self.fixed or max(1, self.budget // max(1, self.running))
+        want = self.per_stream if stream == 0 else min(self.per_stream, SIDE_STREAM_THREADS)
         if self.current.get(stream) != want:
             torch.set_num_threads(want)
             self.current[stream] = want
@@ -120,12 +123,9 @@ class _Call:
         self.runner, self.program, self.env = runner, program, env
         self.events = {s.node.name: threading.Event() for s in program.steps if s.kind == "record"}
         self.abort = threading.Event()
-        # A stream whose first step is a wait starts blocked: it takes no cores yet.
-        self.starts_blocked = {k for k, steps in program.streams.items()
-                               if steps and steps[0].kind == "wait"}
-        running = len(program.streams) - len(self.starts_blocked)
-        self.budget = _ThreadBudget(budget, running, runner.intra_op_threads)
-        self.budget.current[0] = budget
+        per_stream = runner.intra_op_threads or max(1, budget // max(1, len(program.streams)))
+        self.threads = _ThreadCounts(per_stream)
+        self.threads.current[0] = budget
         config = runner.sanitizer
         self.san = SanitizerRun(config, program, call_index) if config else None
 
@@ -134,15 +134,11 @@ class _Call:
         for ev in self.events.values():
             ev.set()
 
-    def _wait(self, stream: int, step, first: bool) -> None:
+    def _wait(self, stream: int, step) -> None:
         for token in step.tokens:
             ev = self.events[token]
             if not ev.is_set():
-                if not first:
-                    self.budget.change(-1)
                 ok = ev.wait(self.runner.wait_timeout_s)
-                if not first:
-                    self.budget.change(+1)
                 if not ok:
                     raise StreamWaitTimeout(
                         f"{_where(stream)} waited {self.runner.wait_timeout_s:g} s at "
@@ -153,19 +149,17 @@ class _Call:
                     )
             if self.abort.is_set():
                 raise _Aborted()
-        if first:
-            self.budget.change(+1)
         if self.san:
             self.san.on_wait(stream, step.tokens)
 
     def run_stream(self, stream: int) -> None:
-        gm, env, san, budget = self.runner.gm, self.env, self.san, self.budget
+        gm, env, san, threads = self.runner.gm, self.env, self.san, self.threads
         try:
-            for i, step in enumerate(self.program.streams[stream]):
+            for step in self.program.streams[stream]:
                 if self.abort.is_set():
                     raise _Aborted()
                 if step.kind == "op":
-                    budget.apply(stream)
+                    threads.apply(stream)
                     if san:
                         san.before_op(stream, step.node)
                     try:
@@ -185,12 +179,10 @@ class _Call:
                         san.on_record(stream, step.node.name)
                     self.events[step.node.name].set()
                 else:
-                    self._wait(stream, step, first=i == 0 and stream in self.starts_blocked)
+                    self._wait(stream, step)
         except BaseException:
             self.fail()
             raise
-        finally:
-            budget.change(-1)
 
 
 class ThreadsRunner:
