@@ -11,15 +11,20 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from autostream.passes import AutoStreamPass
+from autostream.runtime.choice import MeasuredChoice
 from autostream.runtime.select import check_runtime_name, make_runner, select_runtime
 
 
-def backend(runtime: str = "auto", sanitize: bool = False, **options: Any) -> Callable:
+def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
+            **options: Any) -> Callable:
     """A ``torch.compile`` backend that plans streams and runs the rewritten graph.
 
     ``runtime`` is ``"auto"`` (CUDA/NPU streams for accelerator inputs, threads on
     CPU), ``"threads"``, ``"streams"`` or ``"sequential"``; ``sanitize`` turns on the
-    threads runtime's race sanitizer.  ``options`` are ``AutoStreamPass`` options
+    threads runtime's race sanitizer.  ``measure`` (default 5): for an applied plan,
+    the first ``2 * measure`` calls alternate between the multi-stream plan and
+    Dynamo's eager graph and every later call uses the faster (0 trusts the plan
+    without measuring).  ``options`` are ``AutoStreamPass`` options
     (``max_streams``, ``solver``, ``cost_table``, ``time_limit``).  The pass object,
     with its reports, is ``backend(...).autostream_pass``.
 
@@ -29,7 +34,10 @@ def backend(runtime: str = "auto", sanitize: bool = False, **options: Any) -> Ca
     torch.Size([2, 4])
     """
     check_runtime_name(runtime)
+    if measure < 0:
+        raise ValueError(f"measure must be >= 0 (calls per candidate), got {measure}")
     stream_pass = AutoStreamPass(**options)
+    choices: list[MeasuredChoice] = []
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         stream_pass(gm, example_inputs, None)
@@ -45,13 +53,20 @@ def backend(runtime: str = "auto", sanitize: bool = False, **options: Any) -> Ca
         seen = len(stream_pass.reports)
         compiled = aot_compile(gm, example_inputs)
         reports = stream_pass.reports[seen:]
-        if reports and not any(r.applied for r in reports) and not _needs_autograd(gm, example_inputs):
+        if _needs_autograd(gm, example_inputs):
+            return compiled
+        if reports and not any(r.applied for r in reports):
             # Nothing runs concurrently: Dynamo's graph calls the original (eager) ops,
             # which skips AOTAutograd's decompositions and per-call wrappers.
             return gm.forward
-        return compiled
+        if measure == 0 or not reports:
+            return compiled
+        choice = MeasuredChoice({"streams": compiled, "eager": gm.forward}, trials=measure)
+        choices.append(choice)
+        return choice
 
     compile_fn.autostream_pass = stream_pass
+    compile_fn.measured_choices = choices
     return compile_fn
 
 

@@ -1,0 +1,84 @@
+"""Measured choice between equivalent callables: try each on the first real calls, keep the fastest.
+
+A plan is a prediction; the machine has the last word.  ``MeasuredChoice`` runs its
+candidates in turn (one call each per round) for ``trials`` rounds, then keeps the
+one with the smallest median time for every later call.  Every candidate computes
+the same outputs, so which one answers a given call never changes the result.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+log = logging.getLogger("autostream")
+
+
+def synchronize_inputs(args: tuple[Any, ...]) -> None:
+    """Wait for the accelerator the inputs live on (CPU: nothing to wait for)."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.device.type != "cpu":
+            torch.accelerator.synchronize(a.device)
+            return
+
+
+class MeasuredChoice:
+    """Call ``candidates`` alternately for ``trials`` rounds, then only the fastest.
+
+    >>> import time
+    >>> fast, slow = (lambda x: x + 1), (lambda x: (time.sleep(0.002), x + 1)[1])
+    >>> choose = MeasuredChoice({"slow": slow, "fast": fast}, trials=3)
+    >>> [choose(1) for _ in range(8)][-1], choose.choice
+    (2, 'fast')
+    """
+
+    def __init__(
+        self,
+        candidates: Mapping[str, Callable[..., Any]],
+        trials: int = 5,
+        clock: Callable[[], float] = time.perf_counter,
+        on_choice: Callable[[str, dict[str, float]], None] | None = None,
+    ) -> None:
+        if not candidates:
+            raise ValueError("MeasuredChoice needs at least one candidate")
+        if trials < 1:
+            raise ValueError(f"trials must be >= 1, got {trials}")
+        self.candidates = dict(candidates)
+        self.trials = trials
+        self.samples: dict[str, list[float]] = {name: [] for name in self.candidates}
+        self.choice: str | None = next(iter(self.candidates)) if len(self.candidates) == 1 else None
+        self._clock = clock
+        self._on_choice = on_choice
+        self._turn = 0
+        self._lock = threading.Lock()
+
+    @property
+    def medians(self) -> dict[str, float]:
+        return {n: statistics.median(s) for n, s in self.samples.items() if s}
+
+    def __call__(self, *args: Any) -> Any:
+        if self.choice is not None:
+            return self.candidates[self.choice](*args)
+        with self._lock:
+            names = list(self.candidates)
+            name = names[self._turn % len(names)]
+            self._turn += 1
+        synchronize_inputs(args)
+        t0 = self._clock()
+        out = self.candidates[name](*args)
+        synchronize_inputs(args)
+        self.samples[name].append(self._clock() - t0)
+        if all(len(s) >= self.trials for s in self.samples.values()):
+            medians = self.medians
+            self.choice = min(medians, key=lambda n: (medians[n], names.index(n)))
+            log.info("autostream: measured %s; keeping %s",
+                     ", ".join(f"{n} {m * 1e6:.0f} us" for n, m in medians.items()), self.choice)
+            if self._on_choice is not None:
+                self._on_choice(self.choice, medians)
+        return out

@@ -1,0 +1,53 @@
+"""The backend keeps whichever of plan and eager graph measured faster on the first calls."""
+
+import itertools
+
+import pytest
+import torch
+
+import autostream
+from autostream.runtime.choice import MeasuredChoice
+from autostream.zoo import multihead_block
+
+
+def _fake_clock(durations):
+    """A clock whose successive (start, stop) readings differ by the given durations."""
+    readings = itertools.chain.from_iterable((0.0, d) for d in durations)
+    return lambda: next(readings)
+
+
+def test_keeps_the_candidate_with_the_smallest_median():
+    calls = []
+    a = lambda x: calls.append("a") or x  # noqa: E731
+    b = lambda x: calls.append("b") or x  # noqa: E731
+    # Rounds alternate a, b: a takes 5, 5, 1 (median 5); b takes 3, 3, 9 (median 3).
+    choose = MeasuredChoice({"a": a, "b": b}, trials=3, clock=_fake_clock([5, 3, 5, 3, 1, 9]))
+    for _ in range(6):
+        assert choose(7) == 7
+    assert choose.choice == "b" and calls == ["a", "b"] * 3
+    choose(7)
+    assert calls[-1] == "b"
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="trials must be >= 1"):
+        MeasuredChoice({"a": abs}, trials=0)
+    with pytest.raises(ValueError, match="measure must be >= 0"):
+        autostream.backend(measure=-1)
+
+
+def test_backend_measures_plan_against_eager_and_outputs_never_change():
+    model, inputs = multihead_block(tokens=2, hidden=32, out=8, heads=3, depth=1)
+    torch._dynamo.reset()
+    be = autostream.backend(max_streams=3, cost_table="h200", measure=2)
+    compiled = torch.compile(model, backend=be)
+    with torch.no_grad():
+        expected = model(*inputs)
+        for _ in range(6):
+            for got, want in zip(compiled(*inputs), expected):
+                torch.testing.assert_close(got, want)
+    torch._dynamo.reset()
+    assert be.autostream_pass.last_report.applied
+    [choice] = be.measured_choices
+    assert choice.choice in ("streams", "eager")
+    assert {k: len(v) for k, v in choice.samples.items()} == {"streams": 2, "eager": 2}
