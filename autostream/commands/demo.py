@@ -75,8 +75,9 @@ def _compile(model: Any, inputs: tuple[Any, ...], streams: int, solver: str,
 
     from autostream.backend import backend
 
+    # measure=0: the demo times the plan itself against one stream, side by side.
     compile_fn = backend(runtime="threads", max_streams=streams, solver=solver,
-                         time_limit=time_limit)
+                         time_limit=time_limit, measure=0)
     compiled = torch.compile(model, backend=compile_fn)
     with torch.no_grad():
         compiled(*inputs)  # compiles, plans, rewrites
