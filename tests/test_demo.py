@@ -39,6 +39,12 @@ def test_demo_exits_0_prints_the_table_and_writes_pictures(tmp_path: Path) -> No
     assert png.stat().st_size > 10_000
     assert float(imread(png)[..., :3].std()) > 0.05
     assert (tmp_path / "demo" / "table.md").read_text().count("\n| ") >= 3
+    trace = re.search(r"measured trace \(predicted and measured timelines\): (\S+)", out)
+    if trace is not None:  # written whenever the plan uses several streams
+        import json
+
+        events = json.loads(Path(trace.group(1)).read_text())["traceEvents"]
+        assert {e["pid"] for e in events if e.get("ph") == "X"} == {1, 2}
 
 
 def _args(tmp_path: Path, **kw):

@@ -117,6 +117,34 @@ def _measure(model: Any, inputs: tuple[Any, ...], streamed: Any, report: Any, st
     return lines
 
 
+def _measured_trace(model: Any, inputs: tuple[Any, ...], out: Path, streams: int, solver: str,
+                    time_limit: float, repeats: int = 5) -> str:
+    """Run the plan on the threads runtime with per-op spans and write predicted and
+    measured timelines into one Perfetto trace."""
+    import torch
+
+    from autostream.capture import capture
+    from autostream.passes import AutoStreamPass
+    from autostream.report import write_trace
+    from autostream.runtime import ThreadsRunner
+    from autostream.simulate import Timeline
+
+    [captured] = capture(model, inputs)
+    stream_pass = AutoStreamPass(max_streams=streams, solver=solver, time_limit=time_limit)
+    stream_pass(captured.gm)
+    report = stream_pass.last_report
+    if not report.applied:
+        return f"measured trace: skipped ({report.reason})"
+    with ThreadsRunner(captured.gm, record_spans=True) as runner, torch.no_grad():
+        for _ in range(repeats):  # the last call's spans, after warm-up
+            runner(*captured.args)
+        spans = runner.last_spans
+    plan = report.plan
+    path = write_trace(out / "measured_trace.json", plan.problem, plan.schedule, plan.syncs,
+                       measured=Timeline.from_spans(spans))
+    return f"measured trace (predicted and measured timelines): {path}"
+
+
 def _best_solver(results: list, fallback: str) -> str:
     """The solver of the fastest predicted plan (ties: fewer streams, then name)."""
     ok = [r for r in results if r.ok and r.schedule is not None]
@@ -190,6 +218,7 @@ def run(args: argparse.Namespace) -> int:
                 raise RuntimeError("the autostream pass did not run on the model")
             for line in _measure(model, inputs, streamed, report, args.streams, args.repeats):
                 _say(line)
+            _say(_measured_trace(model, inputs, out, args.streams, solver, args.time_limit))
         except Exception as exc:  # noqa: BLE001 - an optional step must not fail the demo
             _say(f"measured: failed: {type(exc).__name__}: {exc}")
     _say(f"done in {time.perf_counter() - t_start:.1f} s")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -123,6 +124,7 @@ class _Call:
         self.runner, self.program, self.env = runner, program, env
         self.events = {s.node.name: threading.Event() for s in program.steps if s.kind == "record"}
         self.abort = threading.Event()
+        self.spans: dict[str, tuple[int, float, float]] | None = {} if runner.record_spans else None
         per_stream = runner.intra_op_threads or max(1, budget // max(1, len(program.streams)))
         self.threads = _ThreadCounts(per_stream)
         self.threads.current[0] = budget
@@ -162,10 +164,13 @@ class _Call:
                     threads.apply(stream)
                     if san:
                         san.before_op(stream, step.node)
+                    t0 = time.perf_counter()
                     try:
                         value = run_node(gm, step.node, env)
                     except Exception as exc:
                         raise StreamRuntimeError(step.node, stream, exc) from exc
+                    if self.spans is not None:
+                        self.spans[step.node.name] = (stream, t0, time.perf_counter())
                     if san:
                         san.after_op(stream, step.node)
                     env[step.node] = value
@@ -203,7 +208,8 @@ class ThreadsRunner:
 
     def __init__(self, gm: torch.fx.GraphModule, program: StreamProgram | None = None, *,
                  sanitize: bool | SanitizerConfig = False, seed: int = 0,
-                 wait_timeout_s: float = 120.0, intra_op_threads: int | None = None):
+                 wait_timeout_s: float = 120.0, intra_op_threads: int | None = None,
+                 record_spans: bool = False):
         if wait_timeout_s <= 0:
             raise ValueError("wait_timeout_s must be > 0")
         if intra_op_threads is not None and intra_op_threads < 1:
@@ -213,6 +219,10 @@ class ThreadsRunner:
         self.sanitizer = sanitize_from_env(sanitize, seed)
         self.wait_timeout_s = wait_timeout_s
         self.intra_op_threads = intra_op_threads
+        #: with ``record_spans``: op -> (stream, start_us, end_us) of the last call,
+        #: relative to its start (a measured timeline for traces)
+        self.record_spans = record_spans
+        self.last_spans: dict[str, tuple[int, float, float]] = {}
         self.token_origin, self.next_op = self._describe_syncs()
         self._workers = {k: _Worker(f"autostream-{stream_label(k)}")
                          for k in self.program.side_streams}
@@ -270,6 +280,10 @@ class ThreadsRunner:
             origin = [e for e in errors if not isinstance(e, _Aborted)]
             if origin:
                 raise origin[0]
+            if run.spans is not None:
+                t0 = min((a for _, a, _ in run.spans.values()), default=0.0)
+                self.last_spans = {n: (s, (a - t0) * 1e6, (b - t0) * 1e6)
+                                   for n, (s, a, b) in run.spans.items()}
             return collect_outputs(self.gm, self.program, env)
 
     def _join(self, futures: dict[int, Future]) -> list[BaseException]:
