@@ -17,7 +17,7 @@ from autostream.solvers import check_solver_name, get_solver
 from autostream.sync import compute_syncs
 
 if TYPE_CHECKING:
-    from autostream.cost import CostModel, OpCost
+    from autostream.cost import CostModel, OpCost, SourceBreakdown
 
 #: A plan must be predicted at least this much faster than one stream to be used.
 MIN_RELATIVE_GAIN = 0.01
@@ -64,6 +64,13 @@ class Plan:
         return self.single_stream_us / self.schedule.makespan if self.schedule.makespan > 0 else 1.0
 
     @property
+    def cost_sources(self) -> SourceBreakdown:
+        """What fraction of the predicted time rests on exact, scaled, roofline, free costs."""
+        from autostream.cost import source_breakdown
+
+        return source_breakdown(self.estimates.values())
+
+    @property
     def is_single_stream(self) -> bool:
         return self.schedule.streams_used <= 1
 
@@ -80,17 +87,8 @@ class Plan:
             "num_syncs": len(self.syncs),
             "optimal": self.schedule.optimal,
             "plan_seconds": self.plan_seconds,
-            "cost_sources": source_fractions(self.estimates),
+            "cost_sources": str(self.cost_sources),
         }
-
-
-def source_fractions(estimates: Mapping[str, OpCost]) -> dict[str, float]:
-    """Fraction of the predicted single-stream time that rests on each cost source."""
-    total = sum(e.duration_us for e in estimates.values())
-    fractions: dict[str, float] = {}
-    for e in estimates.values():
-        fractions[e.source] = fractions.get(e.source, 0.0) + e.duration_us
-    return {k: (v / total if total > 0 else 0.0) for k, v in sorted(fractions.items())}
 
 
 def load_cost_model(cost_table: str | CostModel | None) -> CostModel:
