@@ -126,7 +126,7 @@ class AutoStreamPass:
             nodes,
             True,
             f"{plan.schedule.streams_used} streams, {len(plan.syncs)} syncs, predicted "
-            f"{plan.schedule.makespan:.1f} us vs {plan.single_stream_us:.1f} us on one stream "
+            f"{plan.predicted_us:.1f} us vs {plan.single_stream_us:.1f} us on one stream "
             f"({plan.predicted_speedup:.2f}x)",
             plan,
         )

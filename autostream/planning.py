@@ -57,11 +57,14 @@ class Plan:
     estimates: Mapping[str, OpCost]
     single_stream_us: float
     plan_seconds: float
+    #: the plan's expected makespan: the schedule's, plus the multi-stream runtime's
+    #: host cost per node when the plan uses several streams
+    predicted_us: float = 0.0
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def predicted_speedup(self) -> float:
-        return self.single_stream_us / self.schedule.makespan if self.schedule.makespan > 0 else 1.0
+        return self.single_stream_us / self.predicted_us if self.predicted_us > 0 else 1.0
 
     @property
     def cost_sources(self) -> SourceBreakdown:
@@ -81,6 +84,7 @@ class Plan:
             "nodes": self.op_graph.number_of_nodes(),
             "streams_used": self.schedule.streams_used,
             "makespan_us": self.schedule.makespan,
+            "predicted_us": self.predicted_us,
             "lower_bound_us": self.schedule.lower_bound,
             "single_stream_us": self.single_stream_us,
             "predicted_speedup": self.predicted_speedup,
@@ -126,19 +130,24 @@ def plan_graph(
     estimates = {n: cost_model.estimate(data["fx"]) for n, data in op_graph.nodes(data=True)}
     problem = build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us)
     single = get_solver("single")(problem)
+    runtime_op_us = float(getattr(cost_model, "runtime_op_us", 0.0))
     notes: list[str] = []
-    schedule = single
+    schedule, predicted_us = single, single.makespan
     if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
         solver_options: dict[str, Any] = {}
         if options.solver == "cpsat":
             solver_options["time_limit"] = options.time_limit
         candidate = get_solver(options.solver)(problem, **solver_options)
-        if candidate.makespan < single.makespan * (1 - MIN_RELATIVE_GAIN):
-            schedule = candidate
+        candidate_us = predicted_makespan(problem, candidate, op_graph, runtime_op_us)
+        if candidate_us < single.makespan * (1 - MIN_RELATIVE_GAIN):
+            schedule, predicted_us = candidate, candidate_us
         else:
+            overhead = (f", {runtime_op_us:.1f} us per node of runtime overhead included"
+                        if runtime_op_us and candidate.streams_used > 1 else "")
             notes.append(
-                f"{options.solver} plan ({candidate.makespan:.1f} us on {candidate.streams_used} "
-                f"streams) is not faster than one stream ({single.makespan:.1f} us); keeping one stream"
+                f"{options.solver} plan ({candidate_us:.1f} us on {candidate.streams_used} "
+                f"streams{overhead}) is not faster than one stream ({single.makespan:.1f} us); "
+                "keeping one stream"
             )
     syncs = tuple(compute_syncs(op_graph, schedule)) if schedule.streams_used > 1 else ()
     return Plan(
@@ -149,8 +158,23 @@ def plan_graph(
         estimates=estimates,
         single_stream_us=single.makespan,
         plan_seconds=time.perf_counter() - t0,
+        predicted_us=predicted_us,
         notes=tuple(notes),
     )
+
+
+def predicted_makespan(
+    problem: SchedulingProblem, schedule: Schedule, deps: OpGraph, runtime_op_us: float
+) -> float:
+    """The makespan a multi-stream plan is expected to run in: the schedule replayed with
+    its minimal syncs and the runtime's host cost per node (a single-stream plan runs
+    as the compiled graph itself, without that cost)."""
+    if schedule.streams_used <= 1 or runtime_op_us <= 0:
+        return schedule.makespan
+    from autostream.simulate import simulate_plan
+
+    syncs = compute_syncs(deps, schedule)
+    return simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us).makespan
 
 
 def plan_model(

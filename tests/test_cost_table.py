@@ -128,3 +128,21 @@ def test_shipped_tables_load_by_name_and_say_where_they_come_from(name, kind):
 def test_unknown_table_name_lists_the_known_ones():
     with pytest.raises(ValueError, match="h200"):
         CostModel.load("a100")
+
+
+def test_runtime_op_cost_is_optional_and_must_not_be_negative(tmp_path):
+    import json
+
+    import cost_models
+    from autostream.cost import CostTable, TableError
+
+    data = json.loads(cost_models.table_path("cpu").read_text())
+    data["profile"].pop("runtime_op_us", None)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    assert CostTable.load(old).profile.runtime_op_us == 0.0
+    data["profile"]["runtime_op_us"] = -1.0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(TableError, match="profile.runtime_op_us"):
+        CostTable.load(bad)

@@ -119,3 +119,19 @@ def test_rewrite_rejected_by_verifier_restores_the_original_graph(monkeypatch):
     assert _code(c.gm) == before
     with torch.no_grad():
         torch.testing.assert_close(c.gm(*c.args)[0], model(*inputs))
+
+
+def test_runtime_overhead_per_node_can_make_one_stream_the_better_plan():
+    from autostream.planning import PlanOptions, plan_graph
+    from tests.helpers import UniformCosts
+
+    class SlowRuntime(UniformCosts):
+        runtime_op_us = 1_000.0  # far more than any gain from overlap
+
+    model, inputs = moe_model()
+    [c] = capture(model, inputs)
+    free = plan_graph(c.gm, PlanOptions(max_streams=3, solver="heft"), UniformCosts())
+    assert free.schedule.streams_used > 1
+    slow = plan_graph(c.gm, PlanOptions(max_streams=3, solver="heft"), SlowRuntime())
+    assert slow.schedule.streams_used == 1 and not slow.syncs
+    assert "runtime overhead included" in slow.notes[0]

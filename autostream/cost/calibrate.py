@@ -362,7 +362,33 @@ def measure_profile(device: torch.device, timer: Any, name: str) -> DeviceProfil
         name=name, kind=device.type, origin="measured", peak_flops=peaks, bandwidth=bandwidth,
         launch_overhead_us=round(launch, 4), record_wait_us=round(timer.record_wait_us(), 4),
         stream_switch_us=round(timer.stream_switch_us(), 4),
+        runtime_op_us=round(runtime_op_us(device, timer), 4),
     )
+
+
+def runtime_op_us(device: torch.device, timer: Any, depth: int = 16) -> float:
+    """Host time autostream's multi-stream runtime adds per graph node.
+
+    Runs a two-stream fork/join graph of tiny ops on the runtime the backend uses
+    for ``device`` (threads on CPU, streams on accelerators) and the same graph's
+    compiled code; the median difference per executed node is the overhead (the
+    interpreter, events, stream switches), which the planner charges a
+    multi-stream plan and not the single-stream graph.
+    """
+    from autostream.runtime import make_runner
+    from autostream.runtime.builder import fork_join
+
+    gm, inputs = fork_join(streams=2, size=2, depth=depth)
+    inputs = tuple(t.to(device) for t in inputs)
+    runner = make_runner(gm, "threads" if device.type == "cpu" else "streams")
+    nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    try:
+        with torch.no_grad():
+            plain = _median_call_us(lambda: gm(*inputs), timer, 10, 201)
+            staged = _median_call_us(lambda: runner(*inputs), timer, 10, 201)
+    finally:
+        getattr(runner, "close", lambda: None)()
+    return max(0.0, (staged - plain) / nodes)
 
 
 def device_name(device: torch.device) -> str:

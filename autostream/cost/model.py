@@ -97,6 +97,11 @@ class CostModel:
     def stream_switch_us(self) -> float:
         return self.profile.stream_switch_us
 
+    @property
+    def runtime_op_us(self) -> float:
+        """Host cost per graph node that running a multi-stream plan adds (0: unmeasured)."""
+        return self.profile.runtime_op_us
+
     def describe(self) -> str:
         """One line: device, kind, whether measured or spec-derived, entry count."""
         d = self.table.device

@@ -24,8 +24,10 @@ class DeviceProfile:
     ``peak_flops`` maps dtype short names (``"f32"``, ``"f16"``, ``"bf16"``...) to
     FLOP/s; ``bandwidth`` is in bytes/s.  ``record_wait_us`` is the cost of one
     record/wait pair between streams (the planner's sync latency),
-    ``stream_switch_us`` the host cost of switching the current stream, and
-    ``launch_overhead_us`` the fixed cost of launching one op.
+    ``stream_switch_us`` the host cost of switching the current stream,
+    ``launch_overhead_us`` the fixed cost of launching one op, and ``runtime_op_us``
+    what autostream's multi-stream runtime adds per graph node on the host beyond
+    the compiled graph's own call (its interpreter; 0 when not measured).
     """
 
     name: str
@@ -36,6 +38,7 @@ class DeviceProfile:
     launch_overhead_us: float
     record_wait_us: float
     stream_switch_us: float
+    runtime_op_us: float = 0.0
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -163,6 +163,8 @@ class CostTable:
             record_wait_us=v.time(v.get(prof, "record_wait_us", "profile"), "profile.record_wait_us"),
             stream_switch_us=v.time(v.get(prof, "stream_switch_us", "profile"),
                                     "profile.stream_switch_us"),
+            # optional: tables written before it was measured read as 0
+            runtime_op_us=v.time(prof.get("runtime_op_us", 0.0), "profile.runtime_op_us"),
             notes=str(dev.get("notes", "")),
         )
         entries = []
