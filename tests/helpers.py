@@ -19,6 +19,7 @@ class _Cost:
     duration_us: float
     share: float
     source: str
+    split: float = 1.0
 
 
 class UniformCosts:

@@ -162,7 +162,8 @@ class FakeTimer:
         return [10.0, 12.0, 11.0][:repeat] or [10.0]
 
     def contention(self, fn, fn2, n):
-        return 100.0, 100.0 * self.slowdown
+        # alone, together (at half the threads), alone at half the threads
+        return 100.0, 130.0 * self.slowdown, 130.0
 
     def synchronize(self):
         pass
@@ -175,6 +176,7 @@ def test_device_share_reproduces_the_measured_pair_slowdown(slowdown, share):
                                 warmup=0, repeat=3, progress=False, rounds=1)
     assert entry.share == pytest.approx(share)
     assert entry.slowdown == pytest.approx(slowdown)
+    assert entry.split == pytest.approx(1.3)  # half the threads: 30% slower alone
     assert entry.median_us == 11.0 and entry.spread_us == pytest.approx(1.0)
     assert entry.time_us == 10.0  # the fastest call of the (single) round
 

@@ -9,7 +9,7 @@ import torch.fx
 import autostream
 from autostream.capture import capture
 from autostream.dialects.torchair import air_ops
-from autostream.zoo import moe_model
+from autostream.zoo import moe_model, multihead_block
 from tests.helpers import compile_and_compare
 
 
@@ -135,3 +135,22 @@ def test_runtime_overhead_per_node_can_make_one_stream_the_better_plan():
     slow = plan_graph(c.gm, PlanOptions(max_streams=3, solver="heft"), SlowRuntime())
     assert slow.schedule.streams_used == 1 and not slow.syncs
     assert "runtime overhead included" in slow.notes[0]
+
+
+def test_ops_slower_on_a_split_device_can_make_one_stream_the_better_plan():
+    from dataclasses import replace
+
+    from autostream.planning import PlanOptions, plan_graph
+    from tests.helpers import UniformCosts
+
+    class HalfSpeedWhenSplit(UniformCosts):
+        def estimate(self, node):
+            return replace(super().estimate(node), split=2.5)  # 2.5x slower per stream
+
+    model, inputs = multihead_block()
+    [c] = capture(model, inputs)
+    assert plan_graph(c.gm, PlanOptions(max_streams=2, solver="heft"), UniformCosts()) \
+        .schedule.streams_used > 1
+    slow = plan_graph(c.gm, PlanOptions(max_streams=2, solver="heft"), HalfSpeedWhenSplit())
+    assert slow.schedule.streams_used == 1
+    assert slow.problem.graph.nodes[next(iter(slow.op_graph))]["duration"] in (0.0, 10.0)

@@ -6,9 +6,14 @@ distinct op signatures, runs each on random tensors of those shapes (warm-up, th
 concurrently, times it again inside its whole graph (:mod:`autostream.cost.incontext`), and measures the device profile (peak FLOP/s, bandwidth, launch,
 record/wait and stream-switch costs).  Ops it cannot run are skipped with a reason.
 
-Device share: with ``alone`` the time of ``n`` calls alone and ``together`` the
-time of ``n`` calls each of two copies running concurrently, the slowdown is
-``r = together / alone`` (1 = perfect overlap, 2 = fully serialised) and
+Split factor and device share.  A multi-stream plan runs on its own share of the
+intra-op threads (CPU: half of them for two streams; accelerator streams do not
+split the device).  With ``alone`` the time of ``n`` calls alone with every thread,
+``alone_split`` the same calls with half of them and ``together`` the time of ``n``
+calls each of two copies running concurrently at half the threads:
+``split = alone_split / alone`` (>= 1) scales the op's time in a multi-stream plan,
+and the slowdown ``r = together / alone_split`` (1 = perfect overlap, 2 = fully
+serialised) gives
 ``share = clamp(r / 2, 0, 1)``.  Under the simulator's processor-sharing model two
 copies of an op with share ``s > 0.5`` each run at ``1 / (2 s)`` of full speed, so
 this share reproduces the measured pair slowdown exactly; ``r <= 1`` (no slowdown)
@@ -220,11 +225,13 @@ def _entry(job: _Job, timer: Any) -> Entry:
     median = statistics.median(times)
     spread = _quantile(times, 0.75) - _quantile(times, 0.25) if len(times) > 1 else 0.0
     n = int(min(400, max(10, math.ceil(CONTENTION_TARGET_US / max(median, 1e-3)))))
-    ratios = []
+    ratios, splits = [], []
     for _ in range(3):
-        alone, together = timer.contention(job.run, job.run2, n)
-        ratios.append(together / alone if alone > 0 else 1.0)
+        alone, together, alone_split = timer.contention(job.run, job.run2, n)
+        splits.append(alone_split / alone if alone > 0 else 1.0)
+        ratios.append(together / alone_split if alone_split > 0 else 1.0)
     slowdown = statistics.median(ratios)
+    split = max(1.0, statistics.median(splits))
     sig = job.case.sig
     return Entry(
         op=sig.op, signature=sig.key, dtype=dtype_short(sig.dtype),
@@ -232,7 +239,7 @@ def _entry(job: _Job, timer: Any) -> Entry:
         time_us=round(robust_time(job.rounds), 4),
         spread_us=round(spread, 4), samples=len(times),
         share=round(min(1.0, max(0.0, slowdown / 2)), 4), slowdown=round(slowdown, 4),
-        flop_formula=sig.has_flop_formula,
+        split=round(split, 4), flop_formula=sig.has_flop_formula,
     )
 
 

@@ -41,6 +41,8 @@ class OpCost:
     share: float
     source: str
     note: str = ""
+    #: duration in a multi-stream plan (on its share of the intra-op threads) / alone
+    split: float = 1.0
 
 
 FREE = OpCost(0.0, 0.0, "free")
@@ -139,7 +141,7 @@ class CostModel:
                                   "a fallback size")
         e = self._exact.get((sig.op, sig.key))
         if e is not None:
-            return OpCost(e.time_us, e.share, "exact")
+            return OpCost(e.time_us, e.share, "exact", split=e.split)
         scaled = self._scaled(sig, dtype)
         if scaled is not None:
             return scaled
@@ -167,15 +169,17 @@ class CostModel:
             f = (work - _work(lo)) / (_work(hi) - _work(lo))
             t = lo.time_us + f * (hi.time_us - lo.time_us)
             share = lo.share + f * (hi.share - lo.share)
+            split = lo.split + f * (hi.split - lo.split)
             return OpCost(t, share, "scaled", f"interpolated by {what} between "
-                          f"({lo.signature}) and ({hi.signature})")
+                          f"({lo.signature}) and ({hi.signature})", split)
         ref = hi if lo is None else lo
         if hi is not None and lo is not None:
             ref = min((lo, hi), key=lambda e: abs(math.log((_work(e) + 1) / (work + 1))))
         fixed = min(self.profile.launch_overhead_us, ref.time_us)
         ratio = work / _work(ref) if _work(ref) > 0 else 1.0
         t = fixed + (ref.time_us - fixed) * ratio
-        return OpCost(t, ref.share, "scaled", f"scaled by {what} from ({ref.signature})")
+        return OpCost(t, ref.share, "scaled", f"scaled by {what} from ({ref.signature})",
+                      ref.split)
 
 
 _TENSOR = re.compile(r"([A-Za-z][A-Za-z0-9_]*)\[([0-9, ]*)\]")

@@ -57,6 +57,8 @@ class Entry:
     samples: int
     share: float
     slowdown: float = 1.0
+    #: time in a multi-stream plan (on its share of the intra-op threads) / time alone
+    split: float = 1.0
     flop_formula: bool = False
     timing: str = "isolated"
     isolated_us: float | None = None
@@ -183,6 +185,7 @@ class CostTable:
                 samples=int(v.positive(v.get(e, "samples", f), f"{f}.samples")),
                 share=v.unit(v.get(e, "share", f), f"{f}.share"),
                 slowdown=v.time(e.get("slowdown", 1.0), f"{f}.slowdown"),
+                split=v.positive(e.get("split", 1.0), f"{f}.split"),
                 flop_formula=bool(e.get("flop_formula", False)),
                 timing=v.choice(e.get("timing", "isolated"), f"{f}.timing", TIMINGS),
                 isolated_us=(None if e.get("isolated_us") is None

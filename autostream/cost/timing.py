@@ -94,8 +94,9 @@ class CpuTimer:
         return out
 
     def contention(self, fn: Callable[[], object], fn2: Callable[[], object], n: int
-                   ) -> tuple[float, float]:
-        """Time ``n`` calls alone (all intra-op threads), then beside a second copy.
+                   ) -> tuple[float, float, float]:
+        """Time ``n`` calls alone (all intra-op threads), alone with half of them, then
+        beside a second copy; returns ``(alone, together, alone_split)`` in us.
 
         While two copies run, each thread gets half of the intra-op threads: the
         threads runtime divides cores between running streams the same way, so the
@@ -124,18 +125,23 @@ class CpuTimer:
                 fn2()
 
         th = threading.Thread(target=other, daemon=True)
-        th.start()
         torch.set_num_threads(half)
         try:
             for _ in range(WARMUP_AFTER_THREAD_CHANGE):
                 fn()
+            with no_gc():
+                t0 = clock()
+                for _ in range(n):
+                    fn()
+                alone_split = (clock() - t0) / 1e3
+            th.start()
             with no_gc():
                 barrier.wait()
                 t0 = clock()
                 for _ in range(n):
                     fn()
                 th.join()
-                return alone, (clock() - t0) / 1e3
+                return alone, (clock() - t0) / 1e3, alone_split
         finally:
             torch.set_num_threads(total)
 
@@ -210,7 +216,9 @@ class AcceleratorTimer:
             torch.accelerator.set_stream(prev)
 
     def contention(self, fn: Callable[[], object], fn2: Callable[[], object], n: int
-                   ) -> tuple[float, float]:
+                   ) -> tuple[float, float, float]:
+        """``(alone, together, alone_split)``; streams do not divide the device, so the
+        split time is the time alone."""
         prev = torch.accelerator.current_stream(self.device)
         try:
             torch.accelerator.set_stream(self.main)
@@ -234,7 +242,7 @@ class AcceleratorTimer:
             self.main.wait_event(side_done)
             d.record(self.main)
             self.synchronize()
-            return alone, c.elapsed_time(d) * 1e3
+            return alone, c.elapsed_time(d) * 1e3, alone
         finally:
             torch.accelerator.set_stream(prev)
 
