@@ -20,11 +20,13 @@ def test_keeps_the_candidate_with_the_smallest_median():
     calls = []
     a = lambda x: calls.append("a") or x  # noqa: E731
     b = lambda x: calls.append("b") or x  # noqa: E731
-    # Rounds alternate a, b: a takes 5, 5, 1 (median 5); b takes 3, 3, 9 (median 3).
-    choose = MeasuredChoice({"a": a, "b": b}, trials=3, clock=_fake_clock([5, 3, 5, 3, 1, 9]))
-    for _ in range(6):
+    # Rounds alternate a, b. The first round is a warm-up (b's 100 is not counted);
+    # then a takes 5, 5, 1 (median 5) and b takes 3, 3, 9 (median 3).
+    clock = _fake_clock([1, 100, 5, 3, 5, 3, 1, 9])
+    choose = MeasuredChoice({"a": a, "b": b}, trials=3, clock=clock)
+    for _ in range(8):
         assert choose(7) == 7
-    assert choose.choice == "b" and calls == ["a", "b"] * 3
+    assert choose.choice == "b" and calls == ["a", "b"] * 4
     choose(7)
     assert calls[-1] == "b"
 
@@ -43,7 +45,7 @@ def test_backend_measures_plan_against_eager_and_outputs_never_change():
     compiled = torch.compile(model, backend=be)
     with torch.no_grad():
         expected = model(*inputs)
-        for _ in range(6):
+        for _ in range(8):
             for got, want in zip(compiled(*inputs), expected):
                 torch.testing.assert_close(got, want)
     torch._dynamo.reset()

@@ -1,8 +1,9 @@
 """Measured choice between equivalent callables: try each on the first real calls, keep the fastest.
 
 A plan is a prediction; the machine has the last word.  ``MeasuredChoice`` runs its
-candidates in turn (one call each per round) for ``trials`` rounds, then keeps the
-one with the smallest median time for every later call.  Every candidate computes
+candidates in turn (one call each per round): one untimed warm-up round (first calls
+start threads and allocate), then ``trials`` timed rounds, then it keeps the one
+with the smallest median time for every later call.  Every candidate computes
 the same outputs, so which one answers a given call never changes the result.
 """
 
@@ -34,7 +35,7 @@ class MeasuredChoice:
     >>> import time
     >>> fast, slow = (lambda x: x + 1), (lambda x: (time.sleep(0.002), x + 1)[1])
     >>> choose = MeasuredChoice({"slow": slow, "fast": fast}, trials=3)
-    >>> [choose(1) for _ in range(8)][-1], choose.choice
+    >>> [choose(1) for _ in range(10)][-1], choose.choice
     (2, 'fast')
     """
 
@@ -73,7 +74,9 @@ class MeasuredChoice:
         t0 = self._clock()
         out = self.candidates[name](*args)
         synchronize_inputs(args)
-        self.samples[name].append(self._clock() - t0)
+        elapsed = self._clock() - t0
+        if self._turn > len(names):  # the first round is a warm-up
+            self.samples[name].append(elapsed)
         if all(len(s) >= self.trials for s in self.samples.values()):
             medians = self.medians
             self.choice = min(medians, key=lambda n: (medians[n], names.index(n)))
