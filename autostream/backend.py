@@ -22,9 +22,9 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     ``runtime`` is ``"auto"`` (CUDA/NPU streams for accelerator inputs, threads on
     CPU), ``"threads"``, ``"streams"`` or ``"sequential"``; ``sanitize`` turns on the
     threads runtime's race sanitizer.  ``measure`` (default 5): for an applied plan,
-    the first ``2 * (measure + 1)`` calls alternate between the multi-stream plan
-    and Dynamo's eager graph (the first round untimed) and every later call uses the
-    faster (0 trusts the plan without measuring).  ``options`` are ``AutoStreamPass`` options
+    the first ``2 * (measure + 1)`` calls time the multi-stream plan, then Dynamo's
+    eager graph (a block each, its first call untimed), and every later call uses
+    the faster (0 trusts the plan without measuring).  ``options`` are ``AutoStreamPass`` options
     (``max_streams``, ``solver``, ``cost_table``, ``time_limit``).  The pass object,
     with its reports, is ``backend(...).autostream_pass``.
 

@@ -20,13 +20,13 @@ def test_keeps_the_candidate_with_the_smallest_median():
     calls = []
     a = lambda x: calls.append("a") or x  # noqa: E731
     b = lambda x: calls.append("b") or x  # noqa: E731
-    # Rounds alternate a, b. The first round is a warm-up (b's 100 is not counted);
-    # then a takes 5, 5, 1 (median 5) and b takes 3, 3, 9 (median 3).
-    clock = _fake_clock([1, 100, 5, 3, 5, 3, 1, 9])
+    # A block per candidate, its first call a warm-up (not counted): a takes 5, 5, 1
+    # (median 5) after a 1; b takes 3, 3, 9 (median 3) after a 100.
+    clock = _fake_clock([1, 5, 5, 1, 100, 3, 3, 9])
     choose = MeasuredChoice({"a": a, "b": b}, trials=3, clock=clock)
     for _ in range(8):
         assert choose(7) == 7
-    assert choose.choice == "b" and calls == ["a", "b"] * 4
+    assert choose.choice == "b" and calls == ["a"] * 4 + ["b"] * 4
     choose(7)
     assert calls[-1] == "b"
 

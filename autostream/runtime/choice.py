@@ -1,9 +1,11 @@
 """Measured choice between equivalent callables: try each on the first real calls, keep the fastest.
 
-A plan is a prediction; the machine has the last word.  ``MeasuredChoice`` runs its
-candidates in turn (one call each per round): one untimed warm-up round (first calls
-start threads and allocate), then ``trials`` timed rounds, then it keeps the one
-with the smallest median time for every later call.  Every candidate computes
+A plan is a prediction; the machine has the last word.  ``MeasuredChoice`` gives
+each candidate in turn a block of calls: one untimed warm-up call (first calls start
+threads and allocate), then ``trials`` timed calls; then it keeps the one with the
+smallest median time for every later call.  Blocks, not alternation: right after a
+call that used every intra-op thread, the OpenMP threads still spin for a while
+and would slow whichever candidate came next.  Every candidate computes
 the same outputs, so which one answers a given call never changes the result.
 """
 
@@ -68,14 +70,15 @@ class MeasuredChoice:
             return self.candidates[self.choice](*args)
         with self._lock:
             names = list(self.candidates)
-            name = names[self._turn % len(names)]
+            block, position = divmod(self._turn, self.trials + 1)
+            name = names[min(block, len(names) - 1)]
             self._turn += 1
         synchronize_inputs(args)
         t0 = self._clock()
         out = self.candidates[name](*args)
         synchronize_inputs(args)
         elapsed = self._clock() - t0
-        if self._turn > len(names):  # the first round is a warm-up
+        if position > 0:  # the first call of each block is a warm-up
             self.samples[name].append(elapsed)
         if all(len(s) >= self.trials for s in self.samples.values()):
             medians = self.medians
