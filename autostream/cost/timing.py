@@ -63,6 +63,18 @@ def cpu_l2_bytes(default: int = 1 << 20) -> int:
 WARMUP_AFTER_THREAD_CHANGE = 3
 
 
+def _timed_calls(fn: Callable[[], object], n: int) -> float:
+    """Microseconds of ``n`` calls, after warm-up calls (the first call after a change
+    of the intra-op thread count resizes the OpenMP team: not timed)."""
+    for _ in range(WARMUP_AFTER_THREAD_CHANGE):
+        fn()
+    with no_gc():
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter_ns() - t0) / 1e3
+
+
 class CpuTimer:
     """Wall-clock timing with ``time.perf_counter_ns``; concurrency with a second thread.
 
@@ -105,15 +117,7 @@ class CpuTimer:
         clock = time.perf_counter_ns
         total = torch.get_num_threads()
         half = max(1, total // 2)
-        # Changing the intra-op thread count resizes the OpenMP team on the next call:
-        # warm up after every change so that resize is not timed.
-        for _ in range(WARMUP_AFTER_THREAD_CHANGE):
-            fn()
-        with no_gc():
-            t0 = clock()
-            for _ in range(n):
-                fn()
-            alone = (clock() - t0) / 1e3
+        alone = _timed_calls(fn, n)
         barrier = threading.Barrier(2)
 
         def other() -> None:
@@ -127,13 +131,7 @@ class CpuTimer:
         th = threading.Thread(target=other, daemon=True)
         torch.set_num_threads(half)
         try:
-            for _ in range(WARMUP_AFTER_THREAD_CHANGE):
-                fn()
-            with no_gc():
-                t0 = clock()
-                for _ in range(n):
-                    fn()
-                alone_split = (clock() - t0) / 1e3
+            alone_split = _timed_calls(fn, n)
             th.start()
             with no_gc():
                 barrier.wait()
