@@ -40,7 +40,9 @@ def test_demo_exits_0_prints_the_table_and_writes_pictures(tmp_path: Path) -> No
     assert float(imread(png)[..., :3].std()) > 0.05
     assert (tmp_path / "demo" / "table.md").read_text().count("\n| ") >= 3
     trace = re.search(r"measured trace \(predicted and measured timelines\): (\S+)", out)
-    if trace is not None:  # written whenever the plan uses several streams
+    applied = re.search(r"^pass: \d+ streams", out, flags=re.M) is not None
+    assert (trace is not None) == applied, "a measured trace exactly when the plan is applied"
+    if trace is not None:
         import json
 
         events = json.loads(Path(trace.group(1)).read_text())["traceEvents"]
