@@ -11,6 +11,7 @@ from hypothesis import given, settings
 
 from autostream.problem import SchedulingProblem
 from autostream.solvers import cpsat, solve
+from autostream.solvers._bounds import segmented_lower_bound
 from autostream.stg import read_optimal_csv, read_stg
 from tests.test_solvers import BASELINES, assert_valid, problems
 
@@ -107,13 +108,15 @@ def test_no_solution_in_time_warns_and_returns_the_warm_start(monkeypatch, caplo
         s = solve(p, "cpsat", time_limit=0.5)
     assert "found no plan" in caplog.text
     assert s.makespan == pytest.approx(solve(p, "heft").makespan)
-    assert not s.optimal
+    # without CP-SAT's proof, optimality is claimed only when the plan meets the bound
+    assert s.lower_bound == pytest.approx(segmented_lower_bound(p))
+    assert s.optimal == (s.makespan <= s.lower_bound + 1e-9)
 
 
-def test_large_graphs_are_windowed_and_repeated_blocks_reused():
+def _identical_layers(layers: int) -> nx.DiGraph:
     g = nx.DiGraph()
     prev = None
-    for layer in range(6):  # identical layers: fork of 4 chains of 3, then a join
+    for layer in range(layers):  # identical layers: fork of 4 chains of 3, then a join
         join = f"L{layer}.join"
         g.add_node(join, duration=1.0, share=0.0, order=len(g))
         for b in range(4):
@@ -126,13 +129,45 @@ def test_large_graphs_are_windowed_and_repeated_blocks_reused():
                 last = n
             g.add_edge(last, join)
         prev = join
+    return g
+
+
+def test_large_graphs_are_windowed_and_repeated_blocks_reused():
+    g = _identical_layers(6)
     p = SchedulingProblem(g, streams=4)
-    s = solve(p, "cpsat", time_limit=2.0, window=8)
+    s = solve(p, "cpsat", time_limit=2.0, window=8, decompose=False)
     assert s.stats["windows"] > 1 and s.stats["window_reuses"] >= 3
     assert s.stats["tasks"] < len(g)  # chains collapsed
     assert_valid(p, s)
     assert s.makespan == pytest.approx(p.lower_bound())  # each layer: its longest branch
 
+
+def test_layered_graphs_are_cut_at_separators_and_each_distinct_piece_solved_once():
+    g = _identical_layers(12)
+    p = SchedulingProblem(g, streams=4, sync_latency_us=0.5)
+    s = solve(p, "cpsat", time_limit=2.0, window=8)
+    # 12 layers, 12 joins: the first piece is layer 0 alone (no head), the others
+    # repeat one shape, so two pieces are planned and the rest replicated.
+    assert s.stats["pieces"] == 12 and s.stats["pieces_solved"] == 2
+    assert_valid(p, s)
+    assert s.makespan == pytest.approx(p.lower_bound())
+    assert s.optimal and s.lower_bound == pytest.approx(s.makespan)
+    assert s.streams_used == 4
+
+
+def test_pieces_keep_each_separator_on_the_stream_the_previous_piece_gave_it():
+    from autostream.solvers._segments import pieces
+
+    g = _identical_layers(5)
+    p = SchedulingProblem(g, streams=3, sync_latency_us=1.0)
+    s = solve(p, "cpsat", time_limit=1.0, window=8)
+    parts = pieces(p)
+    assert all(parts[i][-1] == parts[i + 1][0] for i in range(len(parts) - 1))
+    assert sorted({v for part in parts for v in part}) == sorted(g)
+    assert_valid(p, s)
+    # The plan never beats the bound it reports, and the bound is at least Graham's.
+    assert s.lower_bound >= p.lower_bound() - 1e-9
+    assert s.makespan >= s.lower_bound - 1e-9
 
 @pytest.mark.skipif(not STG.is_dir(), reason="STG benchmark not present")
 @pytest.mark.parametrize(("graph", "streams"), [("50/rand0000.stg", 2), ("50/rand0000.stg", 8),

@@ -40,9 +40,12 @@ def _reverse_bits(bits: int, n: int) -> int:
     return int(format(bits, f"0{n}b")[::-1], 2) if n else 0
 
 
-def segmented_lower_bound(problem: SchedulingProblem) -> float:
+def segmented_lower_bound(problem: SchedulingProblem, capacity_factor: float = 1.0) -> float:
     """Sum of the Graham bounds of the segments between separators (>= ``problem.lower_bound()``
     on a graph with separators, equal to it without).
+
+    ``capacity_factor`` scales the device capacity (``math.inf``: no contention), for
+    models that relax it.
 
     >>> import networkx as nx
     >>> g = nx.DiGraph([("a", x) for x in "bcx"] + [(x, "d") for x in "bcx"]
@@ -53,20 +56,22 @@ def segmented_lower_bound(problem: SchedulingProblem) -> float:
     >>> p.lower_bound(), segmented_lower_bound(p)
     (13.0, 15.0)
     """
+    capacity = problem.capacity * capacity_factor
     cuts = set(separators(problem))
     total = 0.0
     segment: list[str] = []
     for v in problem.topo_order:
         if v in cuts:
-            total += _segment_bound(problem, segment) + problem.duration(v)
+            total += _segment_bound(problem, segment, capacity) + problem.duration(v)
             segment = []
         else:
             segment.append(v)
-    total += _segment_bound(problem, segment)
-    return max(total, problem.lower_bound())
+    total += _segment_bound(problem, segment, capacity)
+    return max(total, problem.critical_path(), problem.total_work() / problem.streams,
+               problem.contended_work() / capacity)
 
 
-def _segment_bound(problem: SchedulingProblem, ops: list[str]) -> float:
+def _segment_bound(problem: SchedulingProblem, ops: list[str], capacity: float) -> float:
     if not ops:
         return 0.0
     inside = set(ops)
@@ -76,4 +81,4 @@ def _segment_bound(problem: SchedulingProblem, ops: list[str]) -> float:
         finish[v] = ready + problem.duration(v)
     work = sum(problem.duration(v) for v in ops)
     contended = sum(problem.duration(v) * problem.share(v) for v in ops)
-    return max(max(finish.values()), work / problem.streams, contended / problem.capacity)
+    return max(max(finish.values()), work / problem.streams, contended / capacity)

@@ -98,10 +98,14 @@ def linear_chains(problem: SchedulingProblem) -> list[list[str]]:
     return chains
 
 
-def build_tasks(problem: SchedulingProblem, collapse: bool, shares: bool = True) -> TaskGraph:
+def build_tasks(
+    problem: SchedulingProblem, collapse: bool, shares: bool = True, capacity_factor: float = 1.0
+) -> TaskGraph:
     """The integer task graph of ``problem`` (chains collapsed when ``collapse``).
 
-    ``shares=False`` drops the device shares (contention left to the simulator).
+    ``shares=False`` drops the device shares (contention left to the simulator);
+    ``capacity_factor > 1`` lets the model oversubscribe the device by that factor
+    (the simulator's processor sharing then slows the overlapping ops down).
     """
     scale, exact = time_scale(problem)
     if collapse:
@@ -122,7 +126,7 @@ def build_tasks(problem: SchedulingProblem, collapse: bool, shares: bool = True)
     for u, v in reduced:
         preds[v].append(u)
         succs[u].append(v)
-    capacity = int(math.floor(problem.capacity * SHARE_UNITS + 1e-9))
+    capacity = int(math.floor(problem.capacity * capacity_factor * SHARE_UNITS + 1e-9))
     return TaskGraph(
         members=tuple(tuple(group) for group in groups),
         duration=tuple(

@@ -82,6 +82,7 @@ from autostream.schedule import Schedule
 from autostream.solvers import critical_path, heft, nimble, opara, round_robin, single, tf_greedy
 from autostream.solvers._bounds import segmented_lower_bound
 from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_edges
+from autostream.solvers._segments import pieces, plan_by_pieces
 from autostream.solvers._tasks import SHARE_UNITS, TaskGraph, build_tasks
 from autostream.solvers._window import Placed, Window, greedy_window
 from autostream.solvers.base import schedule_from_assignment
@@ -89,6 +90,13 @@ from autostream.solvers.base import schedule_from_assignment
 log = logging.getLogger("autostream")
 
 _PORTFOLIO_MAX_OPS = 1000
+
+#: Device capacities (x the real one) that ``contention="auto"`` plans with, each in
+#: its own solve: 1 never oversubscribes; the simulator's processor sharing rewards
+#: some overlap beyond it (oversubscribed ops slow down but the device stays busy),
+#: and ``inf`` ignores the shares.  The simulator picks the best.
+CONTENTION_LADDER = (1.0, 1.5, math.inf)
+_MODE_NAMES = {1.0: "cpsat", math.inf: "cpsat_relaxed"}
 _BASELINES = {
     "round_robin": round_robin.solve,
     "tf_greedy": tf_greedy.solve,
@@ -486,9 +494,13 @@ def _windows(tg: TaskGraph, size: int) -> list[tuple[int, ...]]:
 
 def _plan_tasks(
     tg: TaskGraph, streams: int, time_limit: float, window: int, seed: int, workers: int,
-    lower_bound: int, sync_share: float,
+    lower_bound: int, sync_share: float, approximate: bool = False,
 ) -> tuple[dict[int, int], dict[int, int], dict[str, object]]:
-    """Integer plan of the whole task graph: ``(stream, start, stats)``."""
+    """Integer plan of the whole task graph: ``(stream, start, stats)``.
+
+    ``approximate`` solves every window with the machines model (latency added after
+    colouring), for relaxed contention models the simulator judges anyway.
+    """
     rank = _upward_rank(tg, streams)
     parts = _windows(tg, window)
     placed = Placed()
@@ -531,7 +543,7 @@ def _plan_tasks(
                 lower_bound=lower_bound if single else 0,
                 sync_budget=budget * sync_share if single and streams > 1 else 0.0,
                 wall_left=time_limit - wall,
-                approximate=not single and not any(tg.share[v] for v in tasks),
+                approximate=approximate or (not single and not any(tg.share[v] for v in tasks)),
             )
             statuses.append(res.status)
             wall, det = wall + res.wall, det + res.det_time
@@ -586,6 +598,7 @@ def solve(
     sync_share: float = 0.2,
     portfolio: bool = True,
     contention: str = "auto",
+    decompose: bool = True,
     **_: object,
 ) -> Schedule:
     """Plan with CP-SAT within ``time_limit`` seconds (CP-SAT's deterministic clock).
@@ -619,32 +632,47 @@ def solve(
     exact = False
     lower = segmented_lower_bound(problem)
     any_share = any(problem.share(n) > 0 for n in problem.graph)
-    modes = {"auto": ("blocking", "relaxed") if any_share else ("blocking",),
-             "blocking": ("blocking",), "relaxed": ("relaxed",)}[contention]
-    if problem.streams > 1 and n > 1:
-        for mode in modes:
-            tg = build_tasks(problem, collapse=n > window, shares=mode == "blocking")
-            lb = int(math.ceil(lower * tg.scale - 1e-6)) if tg.exact else 0
+    factors = {"auto": CONTENTION_LADDER if any_share else (1.0,),
+               "blocking": (1.0,), "relaxed": (math.inf,)}[contention]
+    parts = pieces(problem) if decompose and n > window and problem.streams > 1 else []
+    if len(parts) > 1:
+        def solve_piece(sub: SchedulingProblem, seconds: float) -> Schedule:
+            return solve(sub, time_limit=max(seconds, 0.05), window=window, seed=seed,
+                         workers=workers, sync_share=sync_share, portfolio=portfolio,
+                         contention=contention, decompose=False)
+
+        stream_of, order, stats = plan_by_pieces(problem, parts, solve_piece, time_limit)
+        candidates["cpsat_pieces"] = schedule_from_assignment(problem, stream_of, "cpsat", order=order)
+    elif problem.streams > 1 and n > 1:
+        for factor in factors:
+            tg = build_tasks(problem, collapse=n > window, shares=factor != math.inf,
+                             capacity_factor=1.0 if factor == math.inf else factor)
+            mode_lower = lower if factor == 1.0 else segmented_lower_bound(problem, factor)
+            lb = int(math.ceil(mode_lower * tg.scale - 1e-6)) if tg.exact else 0
             stream, start, mode_stats = _plan_tasks(
-                tg, problem.streams, time_limit / len(modes), window, seed, workers, lb, sync_share
+                tg, problem.streams, time_limit / len(factors), window, seed, workers, lb, sync_share,
+                approximate=factor != 1.0,
             )
             order = tuple(
                 n for v in sorted(stream, key=lambda v: (start[v], v)) for n in tg.members[v]
             )
             stream_of = {n: stream[v] for v in stream for n in tg.members[v]}
-            name = "cpsat" if mode == "blocking" else "cpsat_relaxed"
+            name = _MODE_NAMES.get(factor, f"cpsat_x{factor:g}")
             candidates[name] = schedule_from_assignment(problem, stream_of, "cpsat", order=order)
             mode_stats["time_scale"] = tg.scale
-            if mode == "blocking":
+            if factor == 1.0:
                 stats = mode_stats
                 exact = tg.exact and stats["status"] == "OPTIMAL" and "bound_units" in stats
             else:
-                stats["relaxed"] = {k: mode_stats[k] for k in ("status", "solve_seconds")}
+                stats[name.removeprefix("cpsat_")] = {
+                    k: mode_stats[k] for k in ("status", "solve_seconds")
+                }
             if mode_stats["status"] in ("UNKNOWN", "INFEASIBLE", "MODEL_INVALID"):
-                log.warning("cpsat: CP-SAT found no plan in %.3g s (%s, %s contention); "
-                            "using its warm start", time_limit, mode_stats["status"], mode)
+                log.warning("cpsat: CP-SAT found no plan in %.3g s (%s, %s); using its warm start",
+                            time_limit, mode_stats["status"], name)
     edges = transitive_reduction_edges(problem.graph, problem.topo_order)
-    preference = ["single", "cpsat", "cpsat_relaxed", "heft", *_BASELINES]
+    preference = ["single", "cpsat_pieces", *(_MODE_NAMES.get(f, f"cpsat_x{f:g}") for f in CONTENTION_LADDER),
+                  "heft", *_BASELINES]
     if "cpsat" not in candidates and "heft" not in candidates:
         candidates["heft"] = heft.solve(problem)  # the warm-start plan, as promised
 
@@ -660,11 +688,12 @@ def solve(
     best = min(candidates, key=rank)
     chosen = candidates[best]
     bound_us = lower
-    if "bound_units" in stats:
-        bound_us = max(lower, int(stats.pop("bound_units")) / float(stats["time_scale"]))
-        if not exact:
-            bound_us = lower  # the model was approximate: its bound is not a bound here
-    optimal = exact and not any_share and chosen.makespan <= bound_us + 1e-6
+    if "pieces_bound" in stats:  # bounds the simulator's timeline, shares or not
+        bound_us = max(lower, float(stats["pieces_bound"]))
+    units = stats.pop("bound_units", None)
+    if units is not None and exact and not any_share:  # else CP-SAT's model is not the simulator's
+        bound_us = max(lower, int(units) / float(stats["time_scale"]))
+    optimal = chosen.makespan <= bound_us + 1e-6
     stats.update(
         source=best,
         bound=bound_us,
@@ -677,7 +706,7 @@ def solve(
     return dataclasses.replace(
         chosen,
         solver="cpsat",
-        lower_bound=bound_us if optimal else lower,  # lower: segmented Graham bound
+        lower_bound=bound_us,
         optimal=optimal,
         stats={**dict(chosen.stats), **stats},
     )
