@@ -15,8 +15,12 @@ from autostream.runtime.choice import MeasuredChoice
 from autostream.runtime.select import check_runtime_name, make_runner, select_runtime
 
 
+#: Single-stream alternatives the backend can measure the plan against.
+FALLBACKS = ("eager", "inductor")
+
+
 def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
-            **options: Any) -> Callable:
+            fallback: str = "eager", **options: Any) -> Callable:
     """A ``torch.compile`` backend that plans streams and runs the rewritten graph.
 
     ``runtime`` is ``"auto"`` (CUDA/NPU streams for accelerator inputs, threads on
@@ -24,7 +28,11 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     threads runtime's race sanitizer.  ``measure`` (default 5): for an applied plan,
     the first ``2 * (measure + 1)`` calls time the multi-stream plan, then Dynamo's
     eager graph (a block each, its first call untimed), and every later call uses
-    the faster (0 trusts the plan without measuring).  ``options`` are ``AutoStreamPass`` options
+    the faster (0 trusts the plan without measuring).  ``fallback="inductor"`` also
+    compiles the graph with Inductor (``torch.compile``'s default compiler; seconds of
+    compilation per graph) and measures it too: the backend then keeps the fastest
+    of plan, eager graph and Inductor, and never loses to plain ``torch.compile``
+    by more than the measurement noise.  ``options`` are ``AutoStreamPass`` options
     (``max_streams``, ``solver``, ``cost_table``, ``time_limit``).  The pass object,
     with its reports, is ``backend(...).autostream_pass``.
 
@@ -34,6 +42,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     torch.Size([2, 4])
     """
     check_runtime_name(runtime)
+    if fallback not in FALLBACKS:
+        raise ValueError(f"unknown fallback {fallback!r}; choose one of {', '.join(FALLBACKS)}")
     if measure < 0:
         raise ValueError(f"measure must be >= 0 (calls per candidate), got {measure}")
     stream_pass = AutoStreamPass(**options)
@@ -55,19 +65,32 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         reports = stream_pass.reports[seen:]
         if _needs_autograd(gm, example_inputs):
             return compiled
+        singles: dict[str, Callable] = {"eager": gm.forward}
+        if fallback == "inductor":
+            singles["inductor"] = _inductor(gm, example_inputs)
         if reports and not any(r.applied for r in reports):
             # Nothing runs concurrently: Dynamo's graph calls the original (eager) ops,
             # which skips AOTAutograd's decompositions and per-call wrappers.
-            return gm.forward
-        if measure == 0 or not reports:
+            if len(singles) == 1 or measure == 0:
+                return singles[fallback]
+            candidates = singles
+        elif measure == 0 or not reports:
             return compiled
-        choice = MeasuredChoice({"streams": compiled, "eager": gm.forward}, trials=measure)
+        else:
+            candidates = {"streams": compiled, **singles}
+        choice = MeasuredChoice(candidates, trials=max(measure, 1))
         choices.append(choice)
         return choice
 
     compile_fn.autostream_pass = stream_pass
     compile_fn.measured_choices = choices
     return compile_fn
+
+
+def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
+    from torch._inductor.compile_fx import compile_fx  # imported on use: heavy
+
+    return compile_fx(gm, list(example_inputs))
 
 
 def _needs_autograd(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool:

@@ -53,3 +53,25 @@ def test_backend_measures_plan_against_eager_and_outputs_never_change():
     [choice] = be.measured_choices
     assert choice.choice in ("streams", "eager")
     assert {k: len(v) for k, v in choice.samples.items()} == {"streams": 2, "eager": 2}
+
+
+def test_inductor_fallback_is_measured_too_and_outputs_never_change():
+    model, inputs = multihead_block(tokens=2, hidden=32, out=8, heads=3, depth=1)
+    torch._dynamo.reset()
+    be = autostream.backend(max_streams=3, cost_table="h200", measure=2, fallback="inductor")
+    compiled = torch.compile(model, backend=be)
+    with torch.no_grad():
+        expected = model(*inputs)
+        for _ in range(11):
+            for got, want in zip(compiled(*inputs), expected):
+                torch.testing.assert_close(got, want)
+    torch._dynamo.reset()
+    [choice] = be.measured_choices
+    assert {k: len(v) for k, v in choice.samples.items()} == {"streams": 2, "eager": 2, "inductor": 2}
+    medians = choice.medians
+    assert choice.choice == min(medians, key=medians.get)
+
+
+def test_unknown_fallback_names_the_choices():
+    with pytest.raises(ValueError, match="unknown fallback 'tvm'; choose one of eager, inductor"):
+        autostream.backend(fallback="tvm")

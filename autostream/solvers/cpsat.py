@@ -495,11 +495,13 @@ def _windows(tg: TaskGraph, size: int) -> list[tuple[int, ...]]:
 def _plan_tasks(
     tg: TaskGraph, streams: int, time_limit: float, window: int, seed: int, workers: int,
     lower_bound: int, sync_share: float, approximate: bool = False,
+    deadline: float = float("inf"),
 ) -> tuple[dict[int, int], dict[int, int], dict[str, object]]:
     """Integer plan of the whole task graph: ``(stream, start, stats)``.
 
     ``approximate`` solves every window with the machines model (latency added after
     colouring), for relaxed contention models the simulator judges anyway.
+    ``deadline`` (``time.perf_counter()`` seconds) caps the wall clock of all solves.
     """
     rank = _upward_rank(tg, streams)
     parts = _windows(tg, window)
@@ -514,7 +516,8 @@ def _plan_tasks(
     for tasks in parts:
         win = Window.make(tg, tasks, placed, streams)
         key = win.key(tg)
-        if key not in memo and time_limit - wall < 0.05:  # out of time: the greedy plan
+        wall_left = min(time_limit - wall, deadline - time.perf_counter())
+        if key not in memo and wall_left < 0.05:  # out of time: the greedy plan
             memo[key] = _relative(tasks, *greedy_window(tg, win, streams, rank), win.lo)
             stats["windows_greedy"] = int(stats.get("windows_greedy", 0)) + 1
             stats["window_reuses"] = int(stats["window_reuses"]) - 1
@@ -542,7 +545,7 @@ def _plan_tasks(
                 seed=seed, workers=workers,
                 lower_bound=lower_bound if single else 0,
                 sync_budget=budget * sync_share if single and streams > 1 else 0.0,
-                wall_left=time_limit - wall,
+                wall_left=wall_left,
                 approximate=approximate or (not single and not any(tg.share[v] for v in tasks)),
             )
             statuses.append(res.status)
@@ -644,7 +647,10 @@ def solve(
         stream_of, order, stats = plan_by_pieces(problem, parts, solve_piece, time_limit)
         candidates["cpsat_pieces"] = schedule_from_assignment(problem, stream_of, "cpsat", order=order)
     elif problem.streams > 1 and n > 1:
-        for factor in factors:
+        # Python work after the solves (simulating the candidates) stays inside time_limit.
+        deadline = t0 + time_limit - min(0.25 * time_limit, 0.05 + 2e-4 * n)
+        for k, factor in enumerate(factors):
+            now = time.perf_counter()
             tg = build_tasks(problem, collapse=n > window, shares=factor != math.inf,
                              capacity_factor=1.0 if factor == math.inf else factor)
             mode_lower = lower if factor == 1.0 else segmented_lower_bound(problem, factor)
@@ -652,6 +658,7 @@ def solve(
             stream, start, mode_stats = _plan_tasks(
                 tg, problem.streams, time_limit / len(factors), window, seed, workers, lb, sync_share,
                 approximate=factor != 1.0,
+                deadline=now + (deadline - now) / (len(factors) - k),
             )
             order = tuple(
                 n for v in sorted(stream, key=lambda v: (start[v], v)) for n in tg.members[v]
