@@ -14,7 +14,6 @@ from autostream.passes import AutoStreamPass
 from autostream.runtime.choice import MeasuredChoice
 from autostream.runtime.select import check_runtime_name, make_runner, select_runtime
 
-
 #: Single-stream alternatives the backend can measure the plan against.
 FALLBACKS = ("eager", "inductor")
 

@@ -121,9 +121,10 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
         # measures plan against eager on its first calls and keeps the faster.
         for key, runtime, measure in (("as_seq", "sequential", 0), ("plan", args.runtime, 0),
                                       ("autostream", args.runtime, 5)):
-            be = autostream.backend(runtime=runtime, measure=measure, **options)
+            fallback = args.fallback if measure else "eager"
+            be = autostream.backend(runtime=runtime, measure=measure, fallback=fallback, **options)
             fn = torch.compile(model, backend=be)
-            for _ in range(12 if measure else 1):  # the measured choice is made on these
+            for _ in range(3 * (measure + 1) + 1 if measure else 1):  # the choice is made here
                 got = fn(*inputs)
                 for g, e in zip(_tuple(got), _tuple(expected), strict=True):
                     torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
@@ -189,7 +190,7 @@ def _tuple(x):
 def print_table(rows: list[Row]) -> None:
     head = (f"{'model':<20} {'str':>3} {'eager':>8} {'inductor':>9} {'as-seq':>8} "
             f"{'plan':>8} {'autostrm':>9} {'base':>8} {'pred':>6} {'plan x':>7} {'error':>7} "
-            f"{'kept':>7} {'autostrm x':>10}")
+            f"{'kept':>8} {'autostrm x':>10}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -198,10 +199,10 @@ def print_table(rows: list[Row]) -> None:
         err = f"{r.error:+7.1%}" if r.error == r.error else f"{'n/a':>7}"
         print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {ind} {r.as_seq_ms:8.3f} "
               f"{r.plan_ms:8.3f} {r.autostream_ms:9.3f} {r.baseline:>8} {pred} "
-              f"{r.plan_measured:7.2f} {err} {r.kept:>7} {r.measured:10.2f}")
+              f"{r.plan_measured:7.2f} {err} {r.kept:>8} {r.measured:10.2f}")
     print("times: median ms per call. plan: the multi-stream plan on the runtime; autostrm: the "
-          "default backend, which measured plan vs eager on its first calls and kept the faster "
-          "('kept'). pred / plan x / autostrm x: speed-up over the best single-stream variant; "
+          "backend with --fallback, which measured plan, eager (and Inductor) on its first calls "
+          "and kept the fastest ('kept'). pred / plan x / autostrm x: speed-up over the best single-stream variant; "
           "error: plan x vs pred")
 
 
@@ -217,10 +218,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="planner (default: the pass default, %(default)s)")
     parser.add_argument("--cost-table", help="cost table name or JSON path (default: planner's)")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile baseline")
+    parser.add_argument("--fallback", choices=("eager", "inductor"), default=None,
+                        help="the default backend's single-stream alternatives (default: "
+                             "inductor, eager with --no-inductor)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     parser.add_argument("--no-probe", action="store_true",
                         help="skip the hand-written 2-stream GEMV probe (runtime alone)")
     args = parser.parse_args(argv)
+    if args.fallback is None:
+        args.fallback = "eager" if args.no_inductor else "inductor"
     if args.runs < 20:
         parser.error("--runs must be >= 20 (the issue's protocol)")
     table = models()
@@ -231,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"torch {torch.__version__}, device {args.device}, "
           f"{torch.get_num_threads()} intra-op threads, "
           f"runtime={args.runtime}, max_streams={args.max_streams}, solver={args.solver}, "
+          f"fallback={args.fallback}, "
           f"cost_table={args.cost_table or 'default'}", flush=True)
     rows = []
     if not args.no_probe:

@@ -268,3 +268,27 @@ def test_sanitize_only_for_threads():
     with pytest.raises(ValueError, match="threads runtime"):
         make_runner(gm, "sequential", sanitize=True)
     assert parse_program(gm).side_streams == (1,)
+
+
+def test_side_streams_run_in_the_callers_grad_mode(monkeypatch):
+    import autostream.runtime.threads as threads_module
+
+    seen: list[tuple[str, bool]] = []
+    real_run_node = threads_module.run_node
+
+    def spy(gm, node, env):
+        seen.append((threading.current_thread().name, torch.is_grad_enabled()))
+        return real_run_node(gm, node, env)
+
+    monkeypatch.setattr(threads_module, "run_node", spy)
+    gm, inputs = two_chains(depth=2, rows=4, width=8, streams=2)
+    inputs = tuple(t.requires_grad_() for t in inputs)
+    with make_runner(gm, "threads") as runner:
+        for grad in (False, True):
+            seen.clear()
+            with torch.set_grad_enabled(grad):
+                out = runner(*inputs)
+            assert all(o.requires_grad == grad for o in as_tuple(out))
+            workers = {name for name, _ in seen if name != threading.current_thread().name}
+            assert workers, "no op ran on a side stream"
+            assert {mode for _, mode in seen} == {grad}

@@ -128,6 +128,9 @@ class _Call:
         per_stream = runner.intra_op_threads or max(1, budget // max(1, len(program.streams)))
         self.threads = _ThreadCounts(per_stream)
         self.threads.current[0] = budget
+        # Grad mode is thread-local: workers run in the caller's, or an inference call
+        # would record autograd history for parameters on the side streams.
+        self.grad_enabled = torch.is_grad_enabled()
         config = runner.sanitizer
         self.san = SanitizerRun(config, program, call_index) if config else None
 
@@ -155,6 +158,10 @@ class _Call:
             self.san.on_wait(stream, step.tokens)
 
     def run_stream(self, stream: int) -> None:
+        with torch.set_grad_enabled(self.grad_enabled):
+            self._run_stream(stream)
+
+    def _run_stream(self, stream: int) -> None:
         gm, env, san, threads = self.runner.gm, self.env, self.san, self.threads
         try:
             for step in self.program.streams[stream]:
