@@ -67,34 +67,37 @@ def two_chains(depth: int = 8, rows: int = 16, width: int = 1024, streams: int =
     """Two independent chains of ``depth`` matmuls ``(rows x width) @ (width x width)``, summed.
 
     Chain ``b`` runs on stream 1 when ``streams == 2`` (joined before the sum),
-    everything on stream 0 when ``streams == 1``.  Returns the graph and its inputs
-    ``(x, y, w_0 ... w_{depth-1})``.
+    everything on stream 0 when ``streams == 1``.  Each chain has its own weights,
+    as two branches of a model do (chains sharing weights would read them from a
+    shared cache and overstate the overlap).  Returns the graph and its inputs
+    ``(x, y, a_0 ... a_{depth-1}, b_0 ... b_{depth-1})``.
 
     >>> gm, inputs = two_chains(depth=2, rows=2, width=4)
-    >>> gm(*inputs)[0].shape
-    torch.Size([2, 4])
+    >>> gm(*inputs)[0].shape, len(inputs)
+    (torch.Size([2, 4]), 6)
     """
     if streams not in (1, 2):
         raise ValueError("two_chains supports streams=1 or streams=2")
     gen = torch.Generator().manual_seed(seed)
     b = DialectBuilder()
     x, y = b.input("x"), b.input("y")
-    ws = [b.input(f"w{i}") for i in range(depth)]
+    wa = [b.input(f"a{i}") for i in range(depth)]
+    wb = [b.input(f"b{i}") for i in range(depth)]
     mm = torch.ops.aten.mm.default
     with b.stream(1 if streams == 2 else 0):
         v = y
-        for w in ws:
+        for w in wb:
             v = b.call(mm, v, w)
         token = b.record() if streams == 2 else None
     u = x
-    for w in ws:
+    for w in wa:
         u = b.call(mm, u, w)
     if token is not None:
         b.wait(token)
     out = b.call(torch.ops.aten.add.Tensor, u, v)
     scale = width ** -0.5
     inputs = (torch.randn(rows, width, generator=gen), torch.randn(rows, width, generator=gen),
-              *(torch.randn(width, width, generator=gen) * scale for _ in range(depth)))
+              *(torch.randn(width, width, generator=gen) * scale for _ in range(2 * depth)))
     return b.finish(out), inputs
 
 

@@ -30,39 +30,48 @@ preferring a predecessor's stream (no sync).  Solve (2) uses the stream model.
 
 Contention (``contention=``): ``"blocking"`` is the cumulative above; the
 simulator, though, shares the device (processor sharing: oversubscribed ops slow
-down instead of waiting), where overlapping ops beyond the capacity can pay off.
-``"relaxed"`` drops the shares from the model and lets the simulator judge;
-``"auto"`` (default) solves both when any share is non-zero, half the time each.
+down instead of waiting), where overlapping ops beyond the capacity often pays
+off.  ``"relaxed"`` drops the shares from the model and lets the simulator judge;
+``"auto"`` (default, when any share is non-zero) solves the ladder
+``CONTENTION_LADDER`` of capacities (1x, 1.5x, no limit), a share of the time each,
+and the simulator picks the best plan.  The oversubscribed and relaxed models
+are approximations anyway, so they use the machines model below with the sync
+latency added after colouring.
 
 Times are integers: ``_tasks.time_scale`` picks the units (exact when the
 durations allow it, e.g. 1 unit = 1 us on STG, else 0.1 us-1 ns).  Time and
 determinism: ``time_limit`` seconds become ``time_limit * DET_PER_SECOND`` of
 CP-SAT's deterministic clock (reproducible), with a fixed ``seed`` and
-``interleave_search`` for ``workers > 1``; a wall-clock cap of ``1.5 x`` the budget
-keeps a loaded machine on time, at the price of determinism
-(``stats["deterministic"]`` says whether it cut in).  Python work (baselines,
-simulation, model building) comes on top.
+``interleave_search`` for ``workers > 1``; a wall-clock cap (``1.5 x`` a solve's
+budget, and a deadline that leaves the Python work after the solves, such as
+simulating the candidates, inside ``time_limit``) keeps a loaded machine on time,
+at the price of determinism (``stats["deterministic"]`` says whether it cut in).
 
-Scale: a graph with more than ``window`` ops gets its linear chains collapsed (a
+Scale: a graph with more than ``window`` ops is first cut at its separators
+(``_segments``: ops every other op precedes or follows, such as a layer's residual
+add); each distinct piece between two separators is planned once by this solver
+(time shared by size) and replicated to the identical pieces, streams renumbered
+so that no sync crosses a separator.  The pieces' bounds add up to the reported
+bound.  A large graph without separators gets its linear chains collapsed (a
 chain has no inner parallelism; the task takes the largest share of its ops) and
 is solved in windows of at most ``window`` consecutive tasks along the
-topological order, cut after a bottleneck task (e.g. a layer's residual add) when
-possible.  Each window is warm-started from its greedy plan given what the earlier
-windows left (stream free times, producers' ends and streams, running load) and
-gets a share of the total time.  A window whose tasks and boundary are identical
-to an earlier one (repeated layers) reuses that solution, so the solving time
-grows with the number of *distinct* windows.  Windows use one solve with the
-objective ``makespan * (E + 1) + cross``; share-free windows with sync latency use
-the machines model (solved without latency, coloured, re-timed with it), whose
+topological order, cut after a bottleneck task when possible.  Each window is
+warm-started from its greedy plan given what the earlier windows left (stream
+free times, producers' ends and streams, running load) and gets a share of the
+total time; a window whose tasks and boundary are identical to an earlier one
+reuses that solution.  Windows use one solve with the objective
+``makespan * (E + 1) + cross``; share-free windows with sync latency use the
+machines model (solved without latency, coloured, re-timed with it), whose
 tenfold smaller model CP-SAT handles within a window's budget.
 
 Whatever the model says, the plan returned is the best predicted one (the
 timeline simulator) among the CP-SAT plans, the HEFT plan, ``single`` and the
 cheap baselines (``portfolio=True``); ties go to fewer cross-stream edges, then
 fewer streams, so a plan no faster than one stream comes back single-stream with
-``stats["source"] == "single"``.  ``optimal`` is claimed only when the model is
-exact for the simulator: no shares, no rounding, no chain collapsing, and
-CP-SAT proved solve (1) optimal.
+``stats["source"] == "single"``.  The reported ``lower_bound`` bounds the
+simulator's timeline: the segmented Graham bound, the pieces' bounds, or CP-SAT's
+proven bound when its model is exact for the simulator (no shares, no rounding, no
+chain collapsing); ``optimal`` means the plan meets it.
 """
 
 from __future__ import annotations
@@ -648,7 +657,7 @@ def solve(
         candidates["cpsat_pieces"] = schedule_from_assignment(problem, stream_of, "cpsat", order=order)
     elif problem.streams > 1 and n > 1:
         # Python work after the solves (simulating the candidates) stays inside time_limit.
-        deadline = t0 + time_limit - min(0.25 * time_limit, 0.05 + 2e-4 * n)
+        deadline = t0 + time_limit - min(0.25 * time_limit, 0.1 + 2e-4 * n)
         for k, factor in enumerate(factors):
             now = time.perf_counter()
             tg = build_tasks(problem, collapse=n > window, shares=factor != math.inf,
