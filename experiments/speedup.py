@@ -69,6 +69,8 @@ class Row:
     error: float
     reason: str
     kept: str = "-"
+    #: plan vs the graph the planner predicted for (eager), Inductor's gain aside
+    error_vs_eager: float = float("nan")
 
 
 def _sync(device: torch.device | None) -> None:
@@ -152,6 +154,7 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
         autostream_ms=medians["autostream"] * 1e3,
         baseline=baseline, predicted=predicted, plan_measured=plan_measured, measured=measured,
         error=plan_measured / predicted - 1.0, kept=kept,
+        error_vs_eager=(medians["eager"] / medians["plan"]) / predicted - 1.0,
         reason=report.reason if report is not None else "no graph captured",
     )
 
@@ -189,7 +192,7 @@ def _tuple(x):
 
 def print_table(rows: list[Row]) -> None:
     head = (f"{'model':<20} {'str':>3} {'eager':>8} {'inductor':>9} {'as-seq':>8} "
-            f"{'plan':>8} {'autostrm':>9} {'base':>8} {'pred':>6} {'plan x':>7} {'error':>7} "
+            f"{'plan':>8} {'autostrm':>9} {'base':>8} {'pred':>6} {'plan x':>7} {'error':>7} {'err/eag':>7} "
             f"{'kept':>8} {'autostrm x':>10}")
     print(head)
     print("-" * len(head))
@@ -197,13 +200,16 @@ def print_table(rows: list[Row]) -> None:
         ind = f"{r.inductor_ms:9.3f}" if r.inductor_ms is not None else f"{'-':>9}"
         pred = f"{r.predicted:6.2f}" if r.predicted == r.predicted else f"{'n/a':>6}"
         err = f"{r.error:+7.1%}" if r.error == r.error else f"{'n/a':>7}"
+        err += " " + (f"{r.error_vs_eager:+7.1%}" if r.error_vs_eager == r.error_vs_eager
+                      else f"{'n/a':>7}")
         print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {ind} {r.as_seq_ms:8.3f} "
               f"{r.plan_ms:8.3f} {r.autostream_ms:9.3f} {r.baseline:>8} {pred} "
               f"{r.plan_measured:7.2f} {err} {r.kept:>8} {r.measured:10.2f}")
     print("times: median ms per call. plan: the multi-stream plan on the runtime; autostrm: the "
           "backend with --fallback, which measured plan, eager (and Inductor) on its first calls "
           "and kept the fastest ('kept'). pred / plan x / autostrm x: speed-up over the best single-stream variant; "
-          "error: plan x vs pred")
+          "error: plan x vs pred; err/eag: (eager / plan) vs pred, the error of the cost "
+          "model alone (the prediction is over the eager graph, Inductor's fusion aside)")
 
 
 def main(argv: list[str] | None = None) -> int:

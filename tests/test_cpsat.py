@@ -178,3 +178,18 @@ def test_stg_instances_reach_the_proven_optimum(graph, streams):
     s = solve(p, "cpsat", time_limit=5.0)
     assert s.makespan == pytest.approx(optimum)
     assert s.optimal and s.lower_bound == pytest.approx(optimum)
+
+
+@pytest.mark.parametrize("contention", ["relaxed", "auto"])
+def test_relaxed_models_get_a_bound_without_contention(contention, caplog):
+    # Four wide ops: the contended bound (4 x 10 x 0.9 = 36) exceeds every plan the
+    # share-free model can find (10); that bound must not be imposed on it.
+    g = nx.DiGraph()
+    for i in range(4):
+        g.add_node(f"w{i}", duration=10.0, share=0.9, order=i)
+    p = SchedulingProblem(g, streams=4)
+    with caplog.at_level(logging.WARNING, logger="autostream"):
+        s = solve(p, "cpsat", time_limit=1.0, contention=contention)
+    assert "found no plan" not in caplog.text
+    assert s.stats["relaxed"]["status"] in ("OPTIMAL", "FEASIBLE")
+    assert s.makespan <= solve(p, "single").makespan + 1e-9
