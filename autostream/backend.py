@@ -25,9 +25,10 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     ``runtime`` is ``"auto"`` (CUDA/NPU streams for accelerator inputs, threads on
     CPU), ``"threads"``, ``"streams"`` or ``"sequential"``; ``sanitize`` turns on the
     threads runtime's race sanitizer.  ``measure`` (default 5): for an applied plan,
-    the first ``2 * (measure + 1)`` calls time the multi-stream plan, then Dynamo's
-    eager graph (a block each, its first call untimed), and every later call uses
-    the faster (0 trusts the plan without measuring).  ``fallback="inductor"`` also
+    the first calls time the multi-stream plan and Dynamo's eager graph, ``measure``
+    timed calls each, in blocks over two rounds (``runtime.choice.MeasuredChoice``:
+    each block's first call untimed), and every later call uses the faster (0 trusts
+    the plan without measuring).  ``fallback="inductor"`` also
     compiles the graph with Inductor (``torch.compile``'s default compiler; seconds of
     compilation per graph) and measures it too: the backend then keeps the fastest
     of plan, eager graph and Inductor, and never loses to plain ``torch.compile``

@@ -23,7 +23,7 @@ def test_keeps_the_candidate_with_the_smallest_median():
     # A block per candidate, its first call a warm-up (not counted): a takes 5, 5, 1
     # (median 5) after a 1; b takes 3, 3, 9 (median 3) after a 100.
     clock = _fake_clock([1, 5, 5, 1, 100, 3, 3, 9])
-    choose = MeasuredChoice({"a": a, "b": b}, trials=3, clock=clock)
+    choose = MeasuredChoice({"a": a, "b": b}, trials=3, clock=clock, rounds=1)
     for _ in range(8):
         assert choose(7) == 7
     assert choose.choice == "b" and calls == ["a"] * 4 + ["b"] * 4
@@ -31,9 +31,23 @@ def test_keeps_the_candidate_with_the_smallest_median():
     assert calls[-1] == "b"
 
 
+def test_rounds_reverse_the_order_so_drift_favours_nobody():
+    calls = []
+    fns = {name: (lambda x, name=name: calls.append(name) or x) for name in "abc"}
+    choose = MeasuredChoice(fns, trials=4, clock=_fake_clock([1.0] * 24), rounds=2)
+    for _ in range(18):
+        choose(0)
+    # two rounds: a b c, then c b a; each block a warm-up and 2 timed calls
+    assert calls == [n for n in "abccba" for _ in range(3)]
+    assert choose.choice == "a" and {k: len(v) for k, v in choose.samples.items()} == {
+        "a": 4, "b": 4, "c": 4}
+
+
 def test_bad_options():
     with pytest.raises(ValueError, match="trials must be >= 1"):
         MeasuredChoice({"a": abs}, trials=0)
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        MeasuredChoice({"a": abs}, rounds=0)
     with pytest.raises(ValueError, match="measure must be >= 0"):
         autostream.backend(measure=-1)
 
@@ -62,7 +76,7 @@ def test_inductor_fallback_is_measured_too_and_outputs_never_change():
     compiled = torch.compile(model, backend=be)
     with torch.no_grad():
         expected = model(*inputs)
-        for _ in range(11):
+        for _ in range(12):
             for got, want in zip(compiled(*inputs), expected):
                 torch.testing.assert_close(got, want)
     torch._dynamo.reset()
