@@ -660,7 +660,7 @@ def solve(
         candidates["cpsat_pieces"] = schedule_from_assignment(problem, stream_of, "cpsat", order=order)
     elif problem.streams > 1 and n > 1:
         # Python work after the solves (simulating the candidates) stays inside time_limit.
-        deadline = t0 + time_limit - min(0.25 * time_limit, 0.1 + 2e-4 * n)
+        deadline = t0 + time_limit - min(0.25 * time_limit, 0.2 + 2e-4 * n)
         for k, factor in enumerate(factors):
             now = time.perf_counter()
             tg = build_tasks(problem, collapse=n > window, shares=factor != math.inf,
