@@ -52,35 +52,32 @@ def test_bad_options():
         autostream.backend(measure=-1)
 
 
-def test_backend_measures_plan_against_eager_and_outputs_never_change():
+def _measured_choice(calls: int, **options) -> tuple[MeasuredChoice, object]:
+    """Compile the heads block with ``options``, call it ``calls`` times checking every
+    output against eager, and return the backend's one measured choice and the backend."""
     model, inputs = multihead_block(tokens=2, hidden=32, out=8, heads=3, depth=1)
     torch._dynamo.reset()
-    be = autostream.backend(max_streams=3, cost_table="h200", measure=2)
+    be = autostream.backend(max_streams=3, cost_table="h200", measure=2, **options)
     compiled = torch.compile(model, backend=be)
     with torch.no_grad():
         expected = model(*inputs)
-        for _ in range(8):
+        for _ in range(calls):
             for got, want in zip(compiled(*inputs), expected):
                 torch.testing.assert_close(got, want)
     torch._dynamo.reset()
-    assert be.autostream_pass.last_report.applied
     [choice] = be.measured_choices
+    return choice, be
+
+
+def test_backend_measures_plan_against_eager_and_outputs_never_change():
+    choice, be = _measured_choice(8)
+    assert be.autostream_pass.last_report.applied
     assert choice.choice in ("streams", "eager")
     assert {k: len(v) for k, v in choice.samples.items()} == {"streams": 2, "eager": 2}
 
 
 def test_inductor_fallback_is_measured_too_and_outputs_never_change():
-    model, inputs = multihead_block(tokens=2, hidden=32, out=8, heads=3, depth=1)
-    torch._dynamo.reset()
-    be = autostream.backend(max_streams=3, cost_table="h200", measure=2, fallback="inductor")
-    compiled = torch.compile(model, backend=be)
-    with torch.no_grad():
-        expected = model(*inputs)
-        for _ in range(12):
-            for got, want in zip(compiled(*inputs), expected):
-                torch.testing.assert_close(got, want)
-    torch._dynamo.reset()
-    [choice] = be.measured_choices
+    choice, _ = _measured_choice(12, fallback="inductor")
     assert {k: len(v) for k, v in choice.samples.items()} == {"streams": 2, "eager": 2, "inductor": 2}
     medians = choice.medians
     assert choice.choice == min(medians, key=medians.get)
