@@ -108,7 +108,11 @@ _PORTFOLIO_MAX_OPS = 1000
 #: some overlap beyond it (oversubscribed ops slow down but the device stays busy),
 #: and ``inf`` ignores the shares.  The simulator picks the best.
 CONTENTION_LADDER = (1.0, 1.5, math.inf)
-_MODE_NAMES = {1.0: "cpsat", math.inf: "cpsat_relaxed"}
+
+
+def _mode_name(factor: float) -> str:
+    """The candidate name of a ladder step: cpsat, cpsat_x1.5, cpsat_relaxed."""
+    return {1.0: "cpsat", math.inf: "cpsat_relaxed"}.get(factor, f"cpsat_x{factor:g}")
 _BASELINES = {
     "round_robin": round_robin.solve,
     "tf_greedy": tf_greedy.solve,
@@ -676,7 +680,7 @@ def solve(
                 n for v in sorted(stream, key=lambda v: (start[v], v)) for n in tg.members[v]
             )
             stream_of = {n: stream[v] for v in stream for n in tg.members[v]}
-            name = _MODE_NAMES.get(factor, f"cpsat_x{factor:g}")
+            name = _mode_name(factor)
             candidates[name] = schedule_from_assignment(problem, stream_of, "cpsat", order=order)
             mode_stats["time_scale"] = tg.scale
             if factor == 1.0:
@@ -690,8 +694,8 @@ def solve(
                 log.warning("cpsat: CP-SAT found no plan in %.3g s (%s, %s); using its warm start",
                             time_limit, mode_stats["status"], name)
     edges = transitive_reduction_edges(problem.graph, problem.topo_order)
-    preference = ["single", "cpsat_pieces", *(_MODE_NAMES.get(f, f"cpsat_x{f:g}") for f in CONTENTION_LADDER),
-                  "heft", *_BASELINES]
+    preference = ["single", "cpsat_pieces", *map(_mode_name, CONTENTION_LADDER), "heft",
+                  *_BASELINES]
     if "cpsat" not in candidates and "heft" not in candidates:
         candidates["heft"] = heft.solve(problem)  # the warm-start plan, as promised
 
