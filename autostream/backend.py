@@ -65,20 +65,18 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         reports = stream_pass.reports[seen:]
         if _needs_autograd(gm, example_inputs):
             return compiled
+        applied = any(r.applied for r in reports)
+        if applied and measure == 0 or not reports:
+            return compiled
+        # Dynamo's graph calls the original (eager) ops, which skips AOTAutograd's
+        # decompositions and per-call wrappers; Inductor is compiled only when used.
         singles: dict[str, Callable] = {"eager": gm.forward}
         if fallback == "inductor":
             singles["inductor"] = _inductor(gm, example_inputs)
-        if reports and not any(r.applied for r in reports):
-            # Nothing runs concurrently: Dynamo's graph calls the original (eager) ops,
-            # which skips AOTAutograd's decompositions and per-call wrappers.
-            if len(singles) == 1 or measure == 0:
-                return singles[fallback]
-            candidates = singles
-        elif measure == 0 or not reports:
-            return compiled
-        else:
-            candidates = {"streams": compiled, **singles}
-        choice = MeasuredChoice(candidates, trials=max(measure, 1))
+        if not applied and (len(singles) == 1 or measure == 0):
+            return singles[fallback]
+        candidates = {"streams": compiled, **singles} if applied else singles
+        choice = MeasuredChoice(candidates, trials=measure)
         choices.append(choice)
         return choice
 

@@ -155,7 +155,7 @@ def test_layered_graphs_are_cut_at_separators_and_each_distinct_piece_solved_onc
     assert s.streams_used == 4
 
 
-def test_pieces_keep_each_separator_on_the_stream_the_previous_piece_gave_it():
+def test_pieces_partition_the_graph_and_the_bound_holds():
     from autostream.solvers._segments import pieces
 
     g = _identical_layers(5)
@@ -168,6 +168,33 @@ def test_pieces_keep_each_separator_on_the_stream_the_previous_piece_gave_it():
     # The plan never beats the bound it reports, and the bound is at least Graham's.
     assert s.lower_bound >= p.lower_bound() - 1e-9
     assert s.makespan >= s.lower_bound - 1e-9
+
+
+def test_each_piece_is_renumbered_so_its_head_keeps_the_stream_it_was_given():
+    from autostream.solvers._segments import pieces, plan_by_pieces
+    from autostream.solvers.base import schedule_from_assignment
+
+    g = _identical_layers(4)
+    p = SchedulingProblem(g, streams=3)
+
+    def fake_piece_plan(sub, seconds):
+        # the head with branch 0 on stream 0; branches 1 and 3 on 1; branch 2 and the join on 2
+        head, *_, join = sub.topo_order
+        branch_stream = {"b0": 0, "b1": 1, "b2": 2, "b3": 1}
+        stream = {v: branch_stream[v.split(".")[1]] for v in sub.topo_order[1:-1]}
+        stream.update({head: 0, join: 2})
+        return schedule_from_assignment(sub, stream, "fake")
+
+    stream_of, order, _ = plan_by_pieces(p, pieces(p), fake_piece_plan, 1.0)
+    for layer in range(1, 4):
+        head = f"L{layer - 1}.join"
+        # branch 0 follows its head to whatever stream the previous piece gave the head,
+        # which (the previous join) is not the first piece's stream 0
+        assert stream_of[f"L{layer}.b0.0"] == stream_of[head] != stream_of[f"L{layer}.b1.0"]
+        assert stream_of[f"L{layer}.b2.0"] == stream_of[f"L{layer}.join"] != stream_of[head]
+    assert len({stream_of[f"L{k}.join"] for k in range(3)}) > 1
+    assert sorted(order) == sorted(g)
+
 
 @pytest.mark.skipif(not STG.is_dir(), reason="STG benchmark not present")
 @pytest.mark.parametrize(("graph", "streams"), [("50/rand0000.stg", 2), ("50/rand0000.stg", 8),

@@ -86,3 +86,22 @@ def test_inductor_fallback_is_measured_too_and_outputs_never_change():
 def test_unknown_fallback_names_the_choices():
     with pytest.raises(ValueError, match="unknown fallback 'tvm'; choose one of eager, inductor"):
         autostream.backend(fallback="tvm")
+
+
+def test_inductor_is_not_compiled_when_nothing_measures_it(monkeypatch):
+    import sys
+
+    backend_module = sys.modules["autostream.backend"]  # the package exports the function
+
+    def no_inductor(*args):
+        raise AssertionError("Inductor compiled although the plan is trusted unmeasured")
+
+    monkeypatch.setattr(backend_module, "_inductor", no_inductor)
+    model, inputs = multihead_block(tokens=2, hidden=32, out=8, heads=3, depth=1)
+    torch._dynamo.reset()
+    be = autostream.backend(max_streams=3, cost_table="h200", measure=0, fallback="inductor")
+    with torch.no_grad():
+        for got, want in zip(torch.compile(model, backend=be)(*inputs), model(*inputs)):
+            torch.testing.assert_close(got, want)
+    torch._dynamo.reset()
+    assert be.autostream_pass.last_report.applied and not be.measured_choices

@@ -60,7 +60,7 @@ class MeasuredChoice:
             raise ValueError(f"rounds must be >= 1, got {rounds}")
         self.candidates = dict(candidates)
         self.trials = trials
-        names = list(self.candidates)
+        self._names = names = list(self.candidates)
         rounds = min(rounds, trials)
         #: (candidate, timed) for each measuring call, in order
         self.schedule: list[tuple[str, bool]] = []
@@ -82,8 +82,8 @@ class MeasuredChoice:
     def __call__(self, *args: Any) -> Any:
         if self.choice is not None:
             return self.candidates[self.choice](*args)
+        names = self._names
         with self._lock:
-            names = list(self.candidates)
             name, timed = self.schedule[min(self._turn, len(self.schedule) - 1)]
             self._turn += 1
         synchronize_inputs(args)

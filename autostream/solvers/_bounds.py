@@ -10,6 +10,8 @@ which is much tighter than the whole-graph bound on deep, layered graphs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from autostream.problem import SchedulingProblem
 from autostream.solvers._graphs import reachability
 
@@ -40,12 +42,14 @@ def _reverse_bits(bits: int, n: int) -> int:
     return int(format(bits, f"0{n}b")[::-1], 2) if n else 0
 
 
-def segmented_lower_bound(problem: SchedulingProblem, capacity_factor: float = 1.0) -> float:
+def segmented_lower_bound(
+    problem: SchedulingProblem, capacity_factor: float = 1.0, cuts: Sequence[str] | None = None
+) -> float:
     """Sum of the Graham bounds of the segments between separators (>= ``problem.lower_bound()``
     on a graph with separators, equal to it without).
 
     ``capacity_factor`` scales the device capacity (``math.inf``: no contention), for
-    models that relax it.
+    models that relax it; ``cuts``: the problem's separators, when already known.
 
     >>> import networkx as nx
     >>> g = nx.DiGraph([("a", x) for x in "bcx"] + [(x, "d") for x in "bcx"]
@@ -57,7 +61,7 @@ def segmented_lower_bound(problem: SchedulingProblem, capacity_factor: float = 1
     (13.0, 15.0)
     """
     capacity = problem.capacity * capacity_factor
-    cuts = set(separators(problem))
+    cuts = set(separators(problem) if cuts is None else cuts)
     total = 0.0
     segment: list[str] = []
     for v in problem.topo_order:

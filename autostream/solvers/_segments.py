@@ -28,14 +28,17 @@ from autostream.schedule import Schedule
 from autostream.solvers._bounds import separators
 
 
-def pieces(problem: SchedulingProblem) -> list[tuple[str, ...]]:
+def pieces(
+    problem: SchedulingProblem, cuts: Sequence[str] | None = None
+) -> list[tuple[str, ...]]:
     """The topological order cut at separators; consecutive pieces share their separator.
 
     The first piece ends at the first separator (it is that separator alone when the
-    graph starts with one); the last starts at the last separator.
+    graph starts with one); the last starts at the last separator.  ``cuts``: the
+    separators, when already known.
     """
     topo = problem.topo_order
-    cuts = [problem.topo_index[v] for v in separators(problem)]
+    cuts = [problem.topo_index[v] for v in (separators(problem) if cuts is None else cuts)]
     if not cuts:
         return [topo]
     out = [topo[: cuts[0] + 1]]

@@ -92,7 +92,7 @@ from ortools.sat.python import cp_model
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
 from autostream.solvers import critical_path, heft, nimble, opara, round_robin, single, tf_greedy
-from autostream.solvers._bounds import segmented_lower_bound
+from autostream.solvers._bounds import segmented_lower_bound, separators
 from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_edges
 from autostream.solvers._segments import pieces, plan_by_pieces
 from autostream.solvers._tasks import SHARE_UNITS, TaskGraph, build_tasks
@@ -649,11 +649,12 @@ def solve(
         )
     stats: dict[str, object] = {}
     exact = False
-    lower = segmented_lower_bound(problem)
+    cuts = separators(problem)  # one reachability walk for the bounds and the pieces
+    lower = segmented_lower_bound(problem, cuts=cuts)
     any_share = any(problem.share(n) > 0 for n in problem.graph)
     factors = {"auto": CONTENTION_LADDER if any_share else (1.0,),
                "blocking": (1.0,), "relaxed": (math.inf,)}[contention]
-    parts = pieces(problem) if decompose and n > window and problem.streams > 1 else []
+    parts = pieces(problem, cuts) if decompose and n > window and problem.streams > 1 else []
     if len(parts) > 1:
         def solve_piece(sub: SchedulingProblem, seconds: float) -> Schedule:
             return solve(sub, time_limit=max(seconds, 0.05), window=window, seed=seed,
@@ -669,7 +670,7 @@ def solve(
             now = time.perf_counter()
             tg = build_tasks(problem, collapse=n > window, shares=factor != math.inf,
                              capacity_factor=1.0 if factor == math.inf else factor)
-            mode_lower = lower if factor == 1.0 else segmented_lower_bound(problem, factor)
+            mode_lower = lower if factor == 1.0 else segmented_lower_bound(problem, factor, cuts)
             lb = int(math.ceil(mode_lower * tg.scale - 1e-6)) if tg.exact else 0
             stream, start, mode_stats = _plan_tasks(
                 tg, problem.streams, time_limit / len(factors), window, seed, workers, lb, sync_share,
