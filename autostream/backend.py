@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,12 +11,29 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
+from autostream.lift import LiftedPlan, LiftError, lift_plan
 from autostream.passes import AutoStreamPass
+from autostream.planning import load_cost_model
 from autostream.runtime.choice import MeasuredChoice
 from autostream.runtime.select import check_runtime_name, make_runner, select_runtime
 
 #: Single-stream alternatives the backend can measure the plan against.
 FALLBACKS = ("eager", "inductor")
+
+log = logging.getLogger("autostream")
+
+
+class _Lazy:
+    """A runner built on its first call (a lifted plan usually makes it unused)."""
+
+    def __init__(self, build: Callable[[], Callable[..., Any]]):
+        self._build = build
+        self._runner: Callable[..., Any] | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self._runner is None:
+            self._runner = self._build()
+        return self._runner(*args)
 
 
 def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
@@ -36,6 +54,13 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     (``max_streams``, ``solver``, ``cost_table``, ``time_limit``).  The pass object,
     with its reports, is ``backend(...).autostream_pass``.
 
+    For inference graphs the plan, made on the ATen graph, is lifted to the graph
+    Dynamo captured (``autostream.lift``): the streams then run the calls eager mode
+    makes, without AOTAutograd's decompositions and wrappers.  Where lifting is
+    refused (mutation, RNG, global state) the ATen graph runs.  One entry per
+    applied plan, a ``LiftedPlan`` or the ``LiftError`` saying why not, is kept in
+    ``backend(...).lifts``.
+
     >>> model = torch.nn.Linear(4, 4)
     >>> compiled = torch.compile(model, backend=backend(max_streams=2))
     >>> compiled(torch.randn(2, 4)).shape
@@ -48,6 +73,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         raise ValueError(f"measure must be >= 0 (calls per candidate), got {measure}")
     stream_pass = AutoStreamPass(**options)
     choices: list[MeasuredChoice] = []
+    lifts: list[LiftedPlan | LiftError] = []
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         stream_pass(gm, example_inputs, None)
@@ -55,7 +81,21 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         if report is None or not report.applied:
             return make_boxed_func(gm.forward)  # unchanged graph: nothing to run concurrently
         kind = select_runtime(runtime, example_inputs)
-        return make_boxed_func(make_runner(gm, kind, sanitize=sanitize))
+        return make_boxed_func(_Lazy(lambda: make_runner(gm, kind, sanitize=sanitize)))
+
+    def lifted_runner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], plan) -> Callable:
+        """The plan on Dynamo's graph, or ``None`` (then the ATen graph runs)."""
+        try:
+            op_us = load_cost_model(stream_pass.cost_table).runtime_op_us
+            lifted = lift_plan(gm, plan, op_us)
+        except LiftError as exc:
+            lifts.append(exc)
+            log.info("autostream: plan kept on the ATen graph: %s", exc)
+            return None
+        lifts.append(lifted)
+        log.info("autostream: %s", lifted.describe())
+        kind = select_runtime(runtime, example_inputs)
+        return make_runner(lifted.gm, kind, sanitize=sanitize)
 
     aot_compile = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
 
@@ -66,6 +106,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         if _needs_autograd(gm, example_inputs):
             return compiled
         applied = any(r.applied for r in reports)
+        if applied:
+            compiled = lifted_runner(gm, example_inputs, reports[-1].plan) or compiled
         if applied and measure == 0 or not reports:
             return compiled
         # Dynamo's graph calls the original (eager) ops, which skips AOTAutograd's
@@ -82,6 +124,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
 
     compile_fn.autostream_pass = stream_pass
     compile_fn.measured_choices = choices
+    compile_fn.lifts = lifts
     return compile_fn
 
 

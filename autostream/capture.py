@@ -14,10 +14,14 @@ from torch._functorch.aot_autograd import make_boxed_func
 @dataclass(frozen=True)
 class CapturedGraph:
     """A post-AOT graph and the real arguments it was first called with (lifted
-    parameters included), so it can be run on its own."""
+    parameters included), so it can be run on its own; ``dynamo`` is the graph
+    Dynamo captured, which AOTAutograd traced into ``gm``, and ``dynamo_args`` its
+    real arguments."""
 
     gm: torch.fx.GraphModule
     args: tuple[object, ...]
+    dynamo: torch.fx.GraphModule | None = None
+    dynamo_args: tuple[object, ...] = ()
 
 
 def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
@@ -41,12 +45,22 @@ def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
 
         return make_boxed_func(run)
 
+    dynamo_graphs: list[tuple[torch.fx.GraphModule, tuple[object, ...]]] = []
+    aot = aot_autograd(fw_compiler=keep)
+
+    def backend(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]):
+        dynamo_graphs.append((gm, tuple(inputs)))
+        return aot(gm, inputs)
+
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend=aot_autograd(fw_compiler=keep), dynamic=dynamic)
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic)
     with torch.no_grad():
         compiled(*example_inputs)
     torch._dynamo.reset()
-    return [CapturedGraph(gm, args_of.get(i, ())) for i, gm in enumerate(graphs)]
+    # Under no_grad each Dynamo graph gives exactly one inference graph, in order.
+    paired = len(dynamo_graphs) == len(graphs)
+    return [CapturedGraph(gm, args_of.get(i, ()), *(dynamo_graphs[i] if paired else (None, ())))
+            for i, gm in enumerate(graphs)]
 
 
 def capture_graphs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor],

@@ -1,0 +1,254 @@
+"""Carry a plan made on the post-AOT ATen graph back to the Dynamo graph it came from.
+
+The planner works on ATen ops (their costs are what the cost table knows), but on
+CPU the ATen graph itself is slower than the graph Dynamo captured: AOTAutograd's
+decompositions (``linear`` -> ``t`` + ``addmm``, ``max_pool2d`` ->
+``max_pool2d_with_indices``...) and its per-call wrappers cost 14-37% on the zoo
+models (``experiments/speedup.py``, ``as-seq`` column).  ``lift_plan`` gives every
+Dynamo node the stream of its ATen ops (found through ``meta["from_node"]``, the
+provenance FX keeps), orders the Dynamo nodes by where the plan launched their
+ATen ops, recomputes the minimal syncs on the Dynamo graph's own dependences and
+rewrites a copy of it.  The rewritten Dynamo graph runs the very calls eager mode
+runs, on the plan's streams.
+
+Lifting is refused (:class:`LiftError`, the plan then stays on the ATen graph) when
+the Dynamo graph's dependences cannot be trusted from its data flow alone: a
+mutation, two or more RNG or side-effecting ops (their order), a module call, or a
+node with no ATen counterpart that does not produce a tensor (global state such as
+``_set_grad_enabled``).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import networkx as nx
+import torch
+import torch.fx
+
+from autostream.graph import OpGraph, build_op_graph, op_effects, target_name
+from autostream.planning import Plan
+from autostream.problem import SchedulingProblem
+from autostream.rewrite import rewrite_graph
+from autostream.schedule import Schedule, Sync
+from autostream.simulate import simulate_plan
+from autostream.sync import compute_syncs
+from autostream.verify import verify_rewrite
+
+
+class LiftError(ValueError):
+    """The plan cannot be carried to the Dynamo graph; the message says why."""
+
+
+@dataclass(frozen=True)
+class LiftedPlan:
+    """A plan on the Dynamo graph: a rewritten copy of it, and what it is predicted to take.
+
+    ``stream_of_aten`` are the ATen plan's streams; ``moved`` the ATen ops whose
+    Dynamo node runs on another stream than the plan gave them (a Dynamo node runs
+    whole, on the stream of its most expensive ATen op).
+    """
+
+    gm: torch.fx.GraphModule
+    op_graph: OpGraph
+    schedule: Schedule
+    syncs: tuple[Sync, ...]
+    problem: SchedulingProblem
+    single_stream_us: float
+    predicted_us: float
+    moved: tuple[str, ...] = ()
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.single_stream_us / self.predicted_us if self.predicted_us > 0 else 1.0
+
+    @property
+    def streams_used(self) -> int:
+        return self.schedule.streams_used
+
+    def describe(self) -> str:
+        return (f"lifted to the Dynamo graph: {self.streams_used} streams, {len(self.syncs)} "
+                f"syncs, predicted {self.predicted_us:.1f} us vs {self.single_stream_us:.1f} us "
+                f"on one stream ({self.predicted_speedup:.2f}x)")
+
+
+#: Python operators that write their first operand.
+_INPLACE_OPERATORS = frozenset({
+    operator.setitem, operator.delitem, operator.iadd, operator.isub, operator.imul,
+    operator.itruediv, operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul,
+    operator.iand, operator.ior, operator.ixor, operator.ilshift, operator.irshift,
+})
+
+
+def _writes_inputs(node: torch.fx.Node) -> bool:
+    """Whether a Dynamo-level call may mutate one of its inputs (judged conservatively)."""
+    if node.target in _INPLACE_OPERATORS:
+        return True
+    if node.kwargs.get("inplace") is True or "out" in node.kwargs:
+        return True
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    # torch's in-place convention: add_, relu_, copy_, index_put_ (not __dunder__ names)
+    return name.endswith("_") and not name.endswith("__")
+
+
+def _is_tensorish(value: object) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (list, tuple)) and value:
+        return all(isinstance(v, torch.Tensor) for v in value)
+    return False
+
+
+def _check_dynamo_node(node: torch.fx.Node, has_aten: bool) -> None:
+    where = f"Dynamo node {node.name!r} ({target_name(node)})"
+    if node.op == "call_module":
+        raise LiftError(f"{where} calls a module, whose state changes the graph does not show")
+    if _writes_inputs(node):
+        raise LiftError(f"{where} may mutate its inputs; its data flow is not its dependences")
+    if not has_aten and node.target is not operator.getitem \
+            and not _is_tensorish(node.meta.get("example_value")):
+        raise LiftError(f"{where} has no ATen op and returns no tensor (global state?)")
+
+
+def _sources(node: torch.fx.Node) -> Iterable[tuple[str, int]]:
+    """``(name, graph_id)`` of every node ``node`` was made from, nearest first."""
+    pending = list(node.meta.get("from_node") or ())
+    while pending:
+        src = pending.pop(0)
+        if isinstance(src, tuple):  # older torch: (name, target) pairs
+            yield str(src[0]), -1
+            continue
+        yield src.name, src.graph_id
+        pending.extend(getattr(src, "from_node", ()) or ())
+
+
+def dynamo_source(node: torch.fx.Node, graph: torch.fx.Graph, names: Mapping[str, torch.fx.Node]
+                  ) -> str | None:
+    """The name of the node of ``graph`` that ``node`` (an ATen op) was made from, if known.
+
+    >>> g = torch.fx.Graph(); x = g.placeholder("x"); y = g.call_function(torch.relu, (x,))
+    >>> a = torch.fx.Graph(); ax = a.placeholder("x")
+    >>> r = a.call_function(torch.ops.aten.relu.default, (ax,))
+    >>> r.meta["from_node"] = [torch.fx.traceback.NodeSource(y)]
+    >>> dynamo_source(r, g, {n.name: n for n in g.nodes})
+    'relu'
+    """
+    fallback = None
+    for name, graph_id in _sources(node):
+        if name in names:
+            if graph_id == id(graph):
+                return name
+            fallback = fallback or name
+    return fallback
+
+
+def _copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    copied = torch.fx.GraphModule(gm, graph)
+    missing = {n.name for n in gm.graph.nodes} - {n.name for n in copied.graph.nodes}
+    if missing:
+        raise LiftError(f"copying the Dynamo graph renamed nodes {sorted(missing)[:3]}")
+    return copied
+
+
+def _aten_groups(plan: Plan, dynamo: torch.fx.GraphModule) -> dict[str, list[str]]:
+    """Dynamo node name -> the plan's ATen ops made from it."""
+    names = {n.name: n for n in dynamo.graph.nodes if n.op in ("call_function", "call_method",
+                                                               "call_module")}
+    groups: dict[str, list[str]] = {}
+    ordered: list[str] = []
+    for aten, data in plan.op_graph.nodes(data=True):
+        node = data["fx"]
+        effects = op_effects(node)
+        if effects.writes:
+            raise LiftError(f"ATen op {aten!r} ({data['target']}) mutates memory")
+        if effects.ordered:
+            ordered.append(aten)
+            if len(ordered) > 1:  # their relative order is a dependence data flow does not show
+                raise LiftError(f"ATen ops {ordered[0]!r} and {aten!r} (RNG or side effects) "
+                                f"must keep their program order")
+        source = dynamo_source(node, dynamo.graph, names)
+        if source is not None:
+            groups.setdefault(source, []).append(aten)
+    return groups
+
+
+def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0.0) -> LiftedPlan:
+    """Carry ``plan`` (made on the ATen graph AOTAutograd traced from ``dynamo``) to ``dynamo``.
+
+    Returns a rewritten copy of ``dynamo`` (``dynamo`` itself is not changed), or
+    raises :class:`LiftError`.  Costs of a Dynamo node are the sums of its ATen ops'
+    (single-stream and split); ``runtime_op_us`` is the runtime's host cost per node.
+
+    >>> from autostream.capture import capture
+    >>> from autostream.planning import PlanOptions, plan_graph
+    >>> from autostream.zoo import two_branch_gemv
+    >>> [graph] = capture(*two_branch_gemv(depth=2))
+    >>> lifted = lift_plan(graph.dynamo, plan_graph(graph.gm, PlanOptions(max_streams=2)))
+    >>> lifted.streams_used, sorted(set(lifted.schedule.stream_of.values()))
+    (2, [0, 1])
+    """
+    if plan.is_single_stream:
+        raise LiftError("the plan uses one stream: nothing to lift")
+    groups = _aten_groups(plan, dynamo)
+    ops = [n for n in dynamo.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
+    for node in ops:
+        _check_dynamo_node(node, node.name in groups)
+    aten_position = {n: i for i, n in enumerate(plan.schedule.order)}
+    aten_stream = plan.schedule.stream_of
+    single_us = {n: e.duration_us for n, e in plan.estimates.items()}
+    split = plan.problem.graph.nodes
+    op_graph = build_op_graph(dynamo)
+    stream_of: dict[str, int] = {}
+    key: dict[str, float] = {}
+    moved: list[str] = []
+    for node in ops:
+        members = groups.get(node.name)
+        if members:
+            heaviest = max(members, key=lambda a: (split[a]["duration"], -aten_position[a]))
+            stream_of[node.name] = aten_stream[heaviest]
+            key[node.name] = aten_position[heaviest]
+            moved += [a for a in members if aten_stream[a] != stream_of[node.name]]
+        else:  # getitem or a view with no ATen op: follow its first producer
+            producer = next((p.name for p in node.all_input_nodes if p.name in stream_of), None)
+            stream_of[node.name] = stream_of[producer] if producer else 0
+            key[node.name] = key[producer] + 0.5 if producer else -1.0
+    if len(set(stream_of.values())) < 2:
+        raise LiftError("every Dynamo node lands on one stream")
+    order = tuple(nx.lexicographical_topological_sort(op_graph, key=lambda n: (key[n], n)))
+    problem = _lifted_problem(op_graph, groups, plan)
+    schedule = Schedule(f"{plan.schedule.solver}+lifted", stream_of, order, {}, {}, 0.0, 0.0)
+    syncs = tuple(compute_syncs(op_graph, schedule))
+    timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us)
+    schedule = Schedule(schedule.solver, stream_of, order, timeline.start, timeline.end,
+                        timeline.makespan, plan.schedule.lower_bound)
+    gm = _copy_module(dynamo)
+    rewrite_graph(gm, schedule, syncs)
+    verify_rewrite(gm, op_graph).raise_if_failed()
+    return LiftedPlan(gm=gm, op_graph=op_graph, schedule=schedule, syncs=syncs, problem=problem,
+                      single_stream_us=sum(single_us[a] for m in groups.values() for a in m),
+                      predicted_us=timeline.makespan,
+                      moved=tuple(moved))
+
+
+def _lifted_problem(op_graph: OpGraph, groups: Mapping[str, list[str]], plan: Plan
+                    ) -> SchedulingProblem:
+    """Dynamo ops with the summed durations (and duration-weighted shares) of their ATen ops."""
+    aten = plan.problem.graph.nodes
+    g = nx.DiGraph()
+    for n, data in op_graph.nodes(data=True):
+        members = groups.get(n, [])
+        durations = [aten[a]["duration"] for a in members]
+        total = sum(durations)
+        share = (sum(d * aten[a]["share"] for d, a in zip(durations, members, strict=True)) / total
+                 if total > 0 else 0.0)
+        g.add_node(n, duration=total, share=min(1.0, share), order=data["order"],
+                   kind=data["target"])
+    g.add_edges_from(op_graph.edges)
+    return SchedulingProblem(g, streams=plan.problem.streams,
+                             sync_latency_us=plan.problem.sync_latency_us,
+                             capacity=plan.problem.capacity)
