@@ -2,11 +2,14 @@
 
 For each model: eager, ``torch.compile`` (Inductor, default intra-op threads) and
 autostream (``autostream.backend(runtime=...)``, default: threads on CPU) are timed
-alternately, one call of each per round, median over ``--runs`` rounds after
-``--warmup`` rounds.  The baseline is the best single-stream variant (eager or
-Inductor).  ``as-seq`` is the same rewritten graph on the sequential runtime (stream
-ops as no-ops): the gap between it and the baseline is the interpreter's overhead,
-the gap between it and autostream the overlap actually gained.
+alternately, one timed call of each per round, median over ``--runs`` rounds after
+``--warmup`` rounds; before each timed call the same variant runs untimed for
+``--settle-ms`` (the OpenMP threads of the previous variant spin for several ms).
+The baseline is the best single-stream variant (eager or Inductor).  ``as-seq`` is
+the same rewritten graph on the sequential runtime (stream ops as no-ops; the plan
+lifted to Dynamo's graph where ``autostream.lift`` allows): the gap between it and
+the baseline is the interpreter's overhead, the gap between it and autostream the
+overlap actually gained.
 
     python experiments/speedup.py                      # every zoo model + a deep GEMV pair
     python experiments/speedup.py --models two_branch_gemv_d8 --runs 40
@@ -39,9 +42,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import autostream  # noqa: E402
+from autostream.lift import LiftedPlan  # noqa: E402
 from autostream.planning import PlanOptions  # noqa: E402
 from autostream.runtime import make_runner  # noqa: E402
 from autostream.runtime.builder import two_chains  # noqa: E402
+from autostream.runtime.choice import SETTLE_S  # noqa: E402
 from autostream.zoo import ZOO, random_dag_model, two_branch_gemv  # noqa: E402
 
 
@@ -79,17 +84,24 @@ def _sync(device: torch.device | None) -> None:
 
 
 def time_alternating(variants: dict[str, Callable[[], Any]], runs: int, warmup: int,
-                     device: torch.device | None = None) -> dict[str, float]:
+                     device: torch.device | None = None, settle_s: float = SETTLE_S
+                     ) -> dict[str, float]:
     """Median seconds of one call of each variant, the variants interleaved round by round.
 
-    Each timed call follows one untimed call of the same variant, so no variant is
-    timed while the previous variant's OpenMP threads still spin down.
+    Each timed call follows untimed calls of the same variant for at least
+    ``settle_s`` (at least one), so no variant is timed while the previous variant's
+    OpenMP threads still spin (several ms after a 2-thread call: see
+    ``autostream.runtime.choice``).
     """
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(warmup + runs):
         for name, fn in variants.items():
+            start = time.perf_counter()
             fn()
             _sync(device)
+            while time.perf_counter() - start < settle_s:
+                fn()
+                _sync(device)
             t0 = time.perf_counter()
             fn()
             _sync(device)
@@ -126,7 +138,7 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
             fallback = args.fallback if measure else "eager"
             be = autostream.backend(runtime=runtime, measure=measure, fallback=fallback, **options)
             fn = torch.compile(model, backend=be)
-            for _ in range(200):  # until the backend has made its measured choices
+            for _ in range(20000):  # until the backend has made its measured choices
                 got = fn(*inputs)
                 for g, e in zip(_tuple(got), _tuple(expected), strict=True):
                     torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
@@ -136,15 +148,25 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
         for key, (fn, _) in results.items():
             variants[key] = partial(fn, *inputs)
         report = results["plan"][1].autostream_pass.last_report
+        lifts = results["plan"][1].lifts
         choices = results["autostream"][1].measured_choices
         kept = choices[0].choice if choices else "eager"
-        medians = time_alternating(variants, args.runs, args.warmup, device)
+        medians = time_alternating(variants, args.runs, args.warmup, device,
+                                   args.settle_ms / 1e3)
     torch._dynamo.reset()
     singles = {k: medians[k] for k in ("eager", "inductor") if k in medians}
     baseline = min(singles, key=singles.get)
-    plan = report.plan if report is not None else None
-    predicted = plan.predicted_speedup if (plan is not None and report.applied) else 1.0
-    streams = plan.schedule.streams_used if (plan is not None and report.applied) else 1
+    # what runs: the plan lifted to Dynamo's graph where it could be, else the ATen plan
+    plan = report.plan if (report is not None and report.applied) else None
+    if lifts and isinstance(lifts[-1], LiftedPlan):
+        plan = lifts[-1]
+    predicted = plan.predicted_speedup if plan is not None else 1.0
+    streams = plan.schedule.streams_used if plan is not None else 1
+    reason = report.reason if report is not None else "no graph captured"
+    if lifts:
+        lifted = lifts[-1]
+        reason += "; " + (lifted.describe() if isinstance(lifted, LiftedPlan)
+                          else f"not lifted: {lifted}")
     measured = singles[baseline] / medians["autostream"]
     plan_measured = singles[baseline] / medians["plan"]
     return Row(
@@ -157,7 +179,7 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
         baseline=baseline, predicted=predicted, plan_measured=plan_measured, measured=measured,
         error=plan_measured / predicted - 1.0, kept=kept,
         error_vs_eager=(medians["eager"] / medians["plan"]) / predicted - 1.0,
-        reason=report.reason if report is not None else "no graph captured",
+        reason=reason,
     )
 
 
@@ -176,7 +198,7 @@ def measure_probe(args: argparse.Namespace, depth: int = 8) -> Row:
     torch.testing.assert_close(threads(*inputs)[0], gm1(*inputs)[0])
     medians = time_alternating({"eager": lambda: gm1(*inputs), "as_seq": lambda: seq(*inputs),
                                 "autostream": lambda: threads(*inputs)}, args.runs, args.warmup,
-                               device)
+                               device, args.settle_ms / 1e3)
     threads.close()
     measured = medians["eager"] / medians["autostream"]
     return Row(model=f"probe_gemv_2x{depth}", streams=2, eager_ms=medians["eager"] * 1e3,
@@ -229,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fallback", choices=("eager", "inductor"), default=None,
                         help="the default backend's single-stream alternatives (default: "
                              "inductor, eager with --no-inductor)")
+    parser.add_argument("--settle-ms", type=float, default=SETTLE_S * 1e3,
+                        help="untimed calls of a variant before each timed one, in ms "
+                             "(default %(default)g: the backend's own settling time)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     parser.add_argument("--no-probe", action="store_true",
                         help="skip the hand-written 2-stream GEMV probe (runtime alone)")

@@ -43,41 +43,61 @@ def test_rounds_reverse_the_order_so_drift_favours_nobody():
         "a": 4, "b": 4, "c": 4}
 
 
+def test_each_block_warms_up_until_it_has_settled():
+    calls = []
+    fns = {name: (lambda x, name=name: calls.append(name) or x) for name in "ab"}
+    # a: warm-ups of 0.004 s until 0.01 s have passed (3 calls), then 2 timed calls;
+    # b: one warm-up of 0.5 s is enough, then 2 timed calls.
+    clock = _fake_clock([0.004] * 3 + [1.0, 1.0] + [0.5] + [2.0, 2.0])
+    choose = MeasuredChoice(fns, trials=2, clock=clock, rounds=1, settle_s=0.01)
+    for _ in range(8):
+        choose(0)
+    assert calls == ["a"] * 5 + ["b"] * 3
+    assert choose.samples == {"a": [1.0, 1.0], "b": [2.0, 2.0]} and choose.choice == "a"
+
+
 def test_bad_options():
     with pytest.raises(ValueError, match="trials must be >= 1"):
         MeasuredChoice({"a": abs}, trials=0)
     with pytest.raises(ValueError, match="rounds must be >= 1"):
         MeasuredChoice({"a": abs}, rounds=0)
+    with pytest.raises(ValueError, match="settle_s must be >= 0"):
+        MeasuredChoice({"a": abs}, settle_s=-1.0)
     with pytest.raises(ValueError, match="measure must be >= 0"):
         autostream.backend(measure=-1)
 
 
-def _measured_choice(calls: int, **options) -> tuple[MeasuredChoice, object]:
-    """Compile the heads block with ``options``, call it ``calls`` times checking every
-    output against eager, and return the backend's one measured choice and the backend."""
+def _measured_choice(**options) -> tuple[MeasuredChoice, object]:
+    """Compile the heads block with ``options``, call it until the backend has chosen
+    (each block settles for ``SETTLE_S``), checking every output against eager, and
+    return the backend's one measured choice and the backend."""
     model, inputs = multihead_block(tokens=2, hidden=32, out=8, heads=3, depth=1)
     torch._dynamo.reset()
     be = autostream.backend(max_streams=3, cost_table="h200", measure=2, **options)
     compiled = torch.compile(model, backend=be)
     with torch.no_grad():
         expected = model(*inputs)
-        for _ in range(calls):
+        for _ in range(5000):
             for got, want in zip(compiled(*inputs), expected):
                 torch.testing.assert_close(got, want)
+            if be.measured_choices[0].choice is not None:
+                break
+        for got, want in zip(compiled(*inputs), expected):  # the kept candidate
+            torch.testing.assert_close(got, want)
     torch._dynamo.reset()
     [choice] = be.measured_choices
     return choice, be
 
 
 def test_backend_measures_plan_against_eager_and_outputs_never_change():
-    choice, be = _measured_choice(8)
+    choice, be = _measured_choice()
     assert be.autostream_pass.last_report.applied
     assert choice.choice in ("streams", "eager")
     assert {k: len(v) for k, v in choice.samples.items()} == {"streams": 2, "eager": 2}
 
 
 def test_inductor_fallback_is_measured_too_and_outputs_never_change():
-    choice, _ = _measured_choice(12, fallback="inductor")
+    choice, _ = _measured_choice(fallback="inductor")
     assert {k: len(v) for k, v in choice.samples.items()} == {"streams": 2, "eager": 2, "inductor": 2}
     medians = choice.medians
     assert choice.choice == min(medians, key=medians.get)

@@ -1,15 +1,21 @@
 """Measured choice between equivalent callables: try each on the first real calls, keep the fastest.
 
 A plan is a prediction; the machine has the last word.  ``MeasuredChoice`` gives
-each candidate in turn a block of calls: one untimed warm-up call (first calls start
-threads and allocate), then timed calls; ``rounds`` rounds of blocks, the order
-reversed every other round (A B C, C B A) so that a machine slowly speeding up or
-slowing down does not favour whoever came first; ``trials`` timed calls per
-candidate in all.  Then it keeps the one with the smallest median time for every
-later call.  Blocks, not alternation: right after a call that used every intra-op
-thread, the OpenMP threads still spin for a while and would slow whichever
-candidate came next.  Every candidate computes
-the same outputs, so which one answers a given call never changes the result.
+each candidate in turn a block of calls: untimed warm-up calls (first calls start
+threads and allocate) until they have taken ``settle_s`` in all (at least one), then
+timed calls; ``rounds`` rounds of blocks, the order reversed every other round
+(A B C, C B A) so that a machine slowly speeding up or slowing down does not favour
+whoever came first; ``trials`` timed calls per candidate in all.  Then it keeps the
+one with the smallest median time for every later call.
+
+Why a settling time and not one warm-up call: after a call that used every intra-op
+thread, the idle OpenMP threads spin for several milliseconds and take a core from
+whatever runs next.  Measured on the 2-core CI machine (two chains of 4 GEMVs on the
+threads runtime): 11.4 ms right after an eager call, 9.9 ms after a 4 ms pause,
+6.2 ms after 8 ms, 5.1 ms after a call of its own; a candidate timed right after
+another would pay for its predecessor, which repeated calls of one model never do.
+Every candidate computes the same outputs, so which one answers a given call never
+changes the result.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ import torch
 
 log = logging.getLogger("autostream")
 
+#: Untimed warm-up per block, in seconds (see the module docstring).
+SETTLE_S = 0.02
+
 
 def synchronize_inputs(args: tuple[Any, ...]) -> None:
     """Wait for the accelerator the inputs live on (CPU: nothing to wait for)."""
@@ -39,7 +48,7 @@ class MeasuredChoice:
 
     >>> import time
     >>> fast, slow = (lambda x: x + 1), (lambda x: (time.sleep(0.002), x + 1)[1])
-    >>> choose = MeasuredChoice({"slow": slow, "fast": fast}, trials=3)
+    >>> choose = MeasuredChoice({"slow": slow, "fast": fast}, trials=3, settle_s=0.0)
     >>> [choose(1) for _ in range(10)][-1], choose.choice
     (2, 'fast')
     """
@@ -51,6 +60,7 @@ class MeasuredChoice:
         clock: Callable[[], float] = time.perf_counter,
         on_choice: Callable[[str, dict[str, float]], None] | None = None,
         rounds: int = 2,
+        settle_s: float = SETTLE_S,
     ) -> None:
         if not candidates:
             raise ValueError("MeasuredChoice needs at least one candidate")
@@ -58,6 +68,8 @@ class MeasuredChoice:
             raise ValueError(f"trials must be >= 1, got {trials}")
         if rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {rounds}")
+        if not settle_s >= 0:
+            raise ValueError(f"settle_s must be >= 0 seconds, got {settle_s}")
         self.candidates = dict(candidates)
         self.trials = trials
         self._names = names = list(self.candidates)
@@ -73,6 +85,8 @@ class MeasuredChoice:
         self._clock = clock
         self._on_choice = on_choice
         self._turn = 0
+        self._settle_s = settle_s
+        self._settled = 0.0  # untimed seconds spent in the current block's warm-up
         self._lock = threading.Lock()
 
     @property
@@ -84,15 +98,22 @@ class MeasuredChoice:
             return self.candidates[self.choice](*args)
         names = self._names
         with self._lock:
-            name, timed = self.schedule[min(self._turn, len(self.schedule) - 1)]
-            self._turn += 1
+            turn = min(self._turn, len(self.schedule) - 1)
+            name, timed = self.schedule[turn]
         synchronize_inputs(args)
         t0 = self._clock()
         out = self.candidates[name](*args)
         synchronize_inputs(args)
         elapsed = self._clock() - t0
-        if timed:  # the first call of each block is a warm-up
-            self.samples[name].append(elapsed)
+        with self._lock:
+            if timed:
+                self.samples[name].append(elapsed)
+                self._turn = turn + 1
+            else:  # warm-up: stay on it until the block has settled
+                self._settled += elapsed
+                if self._settled >= self._settle_s:
+                    self._settled = 0.0
+                    self._turn = turn + 1
         if all(len(s) >= self.trials for s in self.samples.values()):
             medians = self.medians
             self.choice = min(medians, key=lambda n: (medians[n], names.index(n)))
