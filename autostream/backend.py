@@ -86,8 +86,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     def lifted_runner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], plan) -> Callable:
         """The plan on Dynamo's graph, or ``None`` (then the ATen graph runs)."""
         try:
-            op_us = load_cost_model(stream_pass.cost_table).runtime_op_us
-            lifted = lift_plan(gm, plan, op_us)
+            costs = load_cost_model(stream_pass.cost_table)
+            lifted = lift_plan(gm, plan, costs.runtime_op_us, costs.runtime_call_us)
         except LiftError as exc:
             lifts.append(exc)
             log.info("autostream: plan kept on the ATen graph: %s", exc)

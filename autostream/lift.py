@@ -177,12 +177,14 @@ def _aten_groups(plan: Plan, dynamo: torch.fx.GraphModule) -> dict[str, list[str
     return groups
 
 
-def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0.0) -> LiftedPlan:
+def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0.0,
+              runtime_call_us: float = 0.0) -> LiftedPlan:
     """Carry ``plan`` (made on the ATen graph AOTAutograd traced from ``dynamo``) to ``dynamo``.
 
     Returns a rewritten copy of ``dynamo`` (``dynamo`` itself is not changed), or
     raises :class:`LiftError`.  Costs of a Dynamo node are the sums of its ATen ops'
-    (single-stream and split); ``runtime_op_us`` is the runtime's host cost per node.
+    (single-stream and split); ``runtime_op_us`` and ``runtime_call_us`` are the
+    runtime's host costs per node and per call.
 
     >>> from autostream.capture import capture
     >>> from autostream.planning import PlanOptions, plan_graph
@@ -226,12 +228,13 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
     timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us)
     schedule = Schedule(schedule.solver, stream_of, order, timeline.start, timeline.end,
                         timeline.makespan, plan.schedule.lower_bound)
+    predicted_us = timeline.makespan + runtime_call_us
     gm = _copy_module(dynamo)
     rewrite_graph(gm, schedule, syncs)
     verify_rewrite(gm, op_graph).raise_if_failed()
     return LiftedPlan(gm=gm, op_graph=op_graph, schedule=schedule, syncs=syncs, problem=problem,
                       single_stream_us=sum(single_us[a] for m in groups.values() for a in m),
-                      predicted_us=timeline.makespan,
+                      predicted_us=predicted_us,
                       moved=tuple(moved))
 
 

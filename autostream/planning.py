@@ -142,6 +142,7 @@ def plan_graph(
     split_problem = build_problem(op_graph, estimates, options.max_streams,
                                   cost_model.sync_latency_us, split=True)
     runtime_op_us = float(getattr(cost_model, "runtime_op_us", 0.0))
+    runtime_call_us = float(getattr(cost_model, "runtime_call_us", 0.0))
     notes: list[str] = []
     schedule, predicted_us = single, single.makespan
     if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
@@ -149,12 +150,15 @@ def plan_graph(
         if options.solver == "cpsat":
             solver_options["time_limit"] = options.time_limit
         candidate = get_solver(options.solver)(split_problem, **solver_options)
-        candidate_us = predicted_makespan(split_problem, candidate, op_graph, runtime_op_us)
+        candidate_us = predicted_makespan(split_problem, candidate, op_graph, runtime_op_us,
+                                          runtime_call_us)
         if candidate.streams_used > 1 and candidate_us < single.makespan * (1 - MIN_RELATIVE_GAIN):
             schedule, predicted_us, problem = candidate, candidate_us, split_problem
         else:
-            overhead = (f", {runtime_op_us:.1f} us per node of runtime overhead included"
-                        if runtime_op_us and candidate.streams_used > 1 else "")
+            overhead = (f", runtime overhead of {runtime_call_us:.0f} us per call and "
+                        f"{runtime_op_us:.1f} us per node included"
+                        if (runtime_op_us or runtime_call_us) and candidate.streams_used > 1
+                        else "")
             notes.append(
                 f"{options.solver} plan ({candidate_us:.1f} us on {candidate.streams_used} "
                 f"streams{overhead}) is not faster than one stream ({single.makespan:.1f} us); "
@@ -175,17 +179,33 @@ def plan_graph(
 
 
 def predicted_makespan(
-    problem: SchedulingProblem, schedule: Schedule, deps: OpGraph, runtime_op_us: float
+    problem: SchedulingProblem, schedule: Schedule, deps: OpGraph, runtime_op_us: float,
+    runtime_call_us: float = 0.0,
 ) -> float:
     """The makespan a multi-stream plan is expected to run in: the schedule replayed with
-    its minimal syncs and the runtime's host cost per node (a single-stream plan runs
-    as the compiled graph itself, without that cost)."""
-    if schedule.streams_used <= 1 or runtime_op_us <= 0:
+    its minimal syncs and the runtime's host cost per node, plus its cost per call (a
+    single-stream plan runs as the compiled graph itself, without either).
+
+    >>> import networkx as nx
+    >>> from autostream.solvers import solve
+    >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
+    >>> nx.set_node_attributes(g, 10.0, "duration")
+    >>> p = SchedulingProblem(g, streams=2)
+    >>> plan = solve(p, "critical_path")
+    >>> plan.streams_used, plan.makespan
+    (2, 20.0)
+    >>> predicted_makespan(p, plan, g, runtime_op_us=1.0, runtime_call_us=50.0)
+    71.0
+    """
+    if schedule.streams_used <= 1:
         return schedule.makespan
+    if runtime_op_us <= 0:
+        return schedule.makespan + runtime_call_us
     from autostream.simulate import simulate_plan
 
     syncs = compute_syncs(deps, schedule)
-    return simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us).makespan
+    timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us)
+    return timeline.makespan + runtime_call_us
 
 
 def plan_model(

@@ -187,3 +187,50 @@ def test_inputs_follow_the_signature_including_strides():
     (a, b), _ = make_inputs(case.sig, torch.device("cpu"), torch.Generator().manual_seed(0))
     assert a.shape == (2, 3) and b.shape == (3, 4) and not b.is_contiguous()
     assert case.sig.key == "f32[2, 3], f32[3, 4]T"
+
+
+def test_in_graph_contention_replaces_split_and_share_and_keeps_the_isolated_ones():
+    from autostream.cost.calibrate import _with_graph_contention
+    from autostream.cost.table import Entry
+
+    entry = Entry(op="aten.mm.default", signature="f32[2, 2], f32[2, 2]", dtype="f32", flops=16,
+                  bytes=48, median_us=10.0, spread_us=1.0, samples=3, share=0.5, slowdown=1.0,
+                  split=1.0)
+    other = replace(entry, op="aten.relu.default", signature="f32[2]")
+    measured = {"full": {entry.key: [10.0, 10.0, 12.0]}, "half": {entry.key: [14.0, 15.0, 16.0]},
+                "beside": {entry.key: [27.0, 27.0, 25.0]}}
+    got, untouched = _with_graph_contention([entry, other], measured)
+    assert untouched == other  # not measured in a graph: the isolated values stay
+    assert got.contention == "graph"
+    assert got.split == pytest.approx(1.5) and got.slowdown == pytest.approx(1.8)
+    assert got.share == pytest.approx(0.9)
+    assert (got.isolated_split, got.isolated_share) == (1.0, 0.5)
+
+
+def test_calibrated_cpu_tables_measure_contention_in_the_graph_and_the_runtime_costs(tmp_path):
+    if torch.get_num_threads() < 2:
+        pytest.skip("streams split the intra-op threads only with two or more of them")
+    gm = make_fx(lambda x, w: torch.tanh(x @ w) + torch.relu(x @ w.t()),
+                 tracing_mode="fake")(torch.ones(8, 8), torch.ones(8, 8))
+    table = calibrate_graphs([gm], "cpu", warmup=0, repeat=3, progress=False)
+    assert {e.contention for e in table.entries} == {"graph"}
+    assert all(e.split >= 1.0 and e.isolated_split is not None for e in table.entries)
+    p = table.profile
+    assert p.runtime_op_us >= 0 and p.runtime_call_us >= 0 and p.record_wait_us > 0
+    out = tmp_path / "t.json"
+    table.save(out)
+    again = CostTable.load(out)
+    by_key = {e.key: e for e in table.entries}
+    assert {e.key: e for e in again.entries} == by_key
+    assert again.profile.runtime_call_us == p.runtime_call_us
+
+
+@pytest.mark.parametrize("nodes, extra, expected", [
+    ([10, 40, 160], [150.0, 240.0, 600.0], (3.0, 120.0)),
+    ([10, 40], [300.0, 200.0], (0.0, 250.0)),  # a falling fit is noise: no per-node cost
+    ([10, 40], [-5.0, -8.0], (0.0, 0.0)),
+])
+def test_runtime_costs_fit(nodes, extra, expected):
+    from autostream.cost.calibrate import fit_runtime_costs
+
+    assert fit_runtime_costs(nodes, extra) == pytest.approx(expected)

@@ -130,19 +130,39 @@ def test_unknown_table_name_lists_the_known_ones():
         CostModel.load("a100")
 
 
-def test_runtime_op_cost_is_optional_and_must_not_be_negative(tmp_path):
+@pytest.mark.parametrize("field", ["runtime_op_us", "runtime_call_us"])
+def test_runtime_costs_are_optional_and_must_not_be_negative(tmp_path, field):
     import json
 
     import cost_models
     from autostream.cost import CostTable, TableError
 
     data = json.loads(cost_models.table_path("cpu").read_text())
-    data["profile"].pop("runtime_op_us", None)
+    data["profile"].pop(field, None)
     old = tmp_path / "old.json"
     old.write_text(json.dumps(data))
-    assert CostTable.load(old).profile.runtime_op_us == 0.0
-    data["profile"]["runtime_op_us"] = -1.0
+    assert getattr(CostTable.load(old).profile, field) == 0.0
+    data["profile"][field] = -1.0
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(data))
-    with pytest.raises(TableError, match="profile.runtime_op_us"):
+    with pytest.raises(TableError, match=f"profile.{field}"):
+        CostTable.load(bad)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("contention", "guessed", "contention"),
+    ("isolated_split", 0.0, "isolated_split"),
+    ("isolated_share", 1.5, "isolated_share"),
+])
+def test_contention_fields_are_checked(tmp_path, field, value, message):
+    import json
+
+    import cost_models
+    from autostream.cost import CostTable, TableError
+
+    data = json.loads(cost_models.table_path("cpu").read_text())
+    data["entries"][0][field] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(TableError, match=f"entries\\[0\\].{message}"):
         CostTable.load(bad)

@@ -134,7 +134,30 @@ def test_runtime_overhead_per_node_can_make_one_stream_the_better_plan():
     assert free.schedule.streams_used > 1
     slow = plan_graph(c.gm, PlanOptions(max_streams=3, solver="heft"), SlowRuntime())
     assert slow.schedule.streams_used == 1 and not slow.syncs
-    assert "runtime overhead included" in slow.notes[0]
+    assert "runtime overhead of 0 us per call and 1000.0 us per node included" in slow.notes[0]
+
+
+def test_runtime_overhead_per_call_can_make_one_stream_the_better_plan():
+    from autostream.planning import PlanOptions, plan_graph
+    from tests.helpers import UniformCosts
+
+    model, inputs = moe_model()
+    [c] = capture(model, inputs)
+    free = plan_graph(c.gm, PlanOptions(max_streams=3, solver="heft"), UniformCosts())
+    gain = free.single_stream_us - free.predicted_us
+    assert gain > 0
+
+    class CostlyCall(UniformCosts):
+        def __init__(self, call_us):
+            super().__init__()
+            self.runtime_call_us = call_us
+
+    below = plan_graph(c.gm, PlanOptions(max_streams=3, solver="heft"), CostlyCall(0.5 * gain))
+    assert below.schedule.streams_used > 1
+    assert below.predicted_us == pytest.approx(free.predicted_us + 0.5 * gain)
+    above = plan_graph(c.gm, PlanOptions(max_streams=3, solver="heft"), CostlyCall(1.5 * gain))
+    assert above.schedule.streams_used == 1 and not above.syncs
+    assert "per call" in above.notes[0]
 
 
 def test_ops_slower_on_a_split_device_can_make_one_stream_the_better_plan():

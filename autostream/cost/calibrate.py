@@ -326,6 +326,66 @@ def _with_graph_times(entries: list[Entry], pooled: dict[tuple[str, str], list[l
     return out
 
 
+def graph_contention(graphs: Sequence[torch.fx.GraphModule], repeat: int = 30,
+                     rounds: int = ROUNDS) -> dict[str, dict[tuple[str, str], list[float]]]:
+    """In-graph times (us) per op signature under the three conditions of a two-stream
+    plan on CPU: ``full`` (alone, every intra-op thread), ``half`` (alone, half of
+    them) and ``beside`` (half of them, a second copy of the graph running on another
+    thread: ``incontext.run_beside``).  The conditions alternate within each of
+    ``rounds`` rounds, so a drifting machine biases none of the ratios."""
+    from autostream.cost.incontext import GraphTimer, run_alone, run_beside
+
+    total = torch.get_num_threads()
+    half = max(1, total // 2)
+    pairs = []
+    for gi, gm in enumerate(graphs):
+        try:
+            a = GraphTimer(gm, torch.device("cpu"), seed=gi)
+            b = GraphTimer(gm, torch.device("cpu"), seed=gi + 7919)
+            a.run(1, 1)
+        except Exception:  # noqa: BLE001 - graph_op_times already noted it
+            continue
+        names = {}
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and not is_free_target(n.target):
+                sig = node_signature(n)
+                names[n.name] = (sig.op, sig.key)
+        pairs.append((a, b, names))
+    out: dict[str, dict[tuple[str, str], list[float]]] = {"full": {}, "half": {}, "beside": {}}
+    rounds = max(1, min(rounds, repeat))
+    for r in range(rounds):
+        per = repeat // rounds + (1 if r < repeat % rounds else 0)
+        for a, b, names in pairs:
+            runs = {"full": run_alone(a, total, per), "half": run_alone(a, half, per),
+                    "beside": run_beside(a, b, half, per)}
+            for condition, times in runs.items():
+                for name, ts in times.items():
+                    if name in names:
+                        out[condition].setdefault(names[name], []).extend(ts)
+    return out
+
+
+def _with_graph_contention(entries: list[Entry],
+                           measured: dict[str, dict[tuple[str, str], list[float]]]
+                           ) -> list[Entry]:
+    """Entries whose ``split`` and ``share`` come from their graphs (``graph_contention``);
+    the isolated values stay in ``isolated_split`` / ``isolated_share``."""
+    out = []
+    for e in entries:
+        full, half, beside = (measured[c].get(e.key) for c in ("full", "half", "beside"))
+        if not (full and half and beside):
+            out.append(e)
+            continue
+        t_full, t_half, t_beside = (statistics.median(x) for x in (full, half, beside))
+        split = max(1.0, t_half / t_full) if t_full > 0 else 1.0
+        slowdown = t_beside / t_half if t_half > 0 else 1.0
+        out.append(replace(e, split=round(split, 4), slowdown=round(slowdown, 4),
+                           share=round(min(1.0, max(0.0, slowdown / 2)), 4),
+                           contention="graph", isolated_split=e.split,
+                           isolated_share=e.share))
+    return out
+
+
 def _median_call_us(fn: Callable[[], object], timer: Any, warmup: int, repeat: int) -> float:
     return statistics.median(timer.samples(fn, warmup, repeat))
 
@@ -365,37 +425,65 @@ def measure_profile(device: torch.device, timer: Any, name: str) -> DeviceProfil
         calls.append((clock() - t0) / 1e3)
     launch = statistics.median(calls)
     timer.synchronize()
+    per_node, per_call = runtime_costs(device, timer)
     return DeviceProfile(
         name=name, kind=device.type, origin="measured", peak_flops=peaks, bandwidth=bandwidth,
         launch_overhead_us=round(launch, 4), record_wait_us=round(timer.record_wait_us(), 4),
         stream_switch_us=round(timer.stream_switch_us(), 4),
-        runtime_op_us=round(runtime_op_us(device, timer), 4),
+        runtime_op_us=round(per_node, 4), runtime_call_us=round(per_call, 4),
     )
 
 
-def runtime_op_us(device: torch.device, timer: Any, depth: int = 16) -> float:
-    """Host time autostream's multi-stream runtime adds per graph node.
+def runtime_costs(device: torch.device, timer: Any, depths: Sequence[int] = (2, 8, 32),
+                  repeat: int = 200, rounds: int = ROUNDS) -> tuple[float, float]:
+    """``(per_node_us, per_call_us)`` that autostream's multi-stream runtime adds.
 
-    Runs a two-stream fork/join graph of tiny ops on the runtime the backend uses
-    for ``device`` (threads on CPU, streams on accelerators) and the same graph's
-    compiled code; the median difference per executed node is the overhead (the
-    interpreter, events, stream switches), which the planner charges a
-    multi-stream plan and not the single-stream graph.
+    Runs two-stream fork/join graphs of tiny ops of several depths on the runtime the
+    backend uses for ``device`` (threads on CPU, streams on accelerators) and each
+    graph's compiled code, in interleaved rounds; the extra time is fitted (least
+    squares) as ``per_call + per_node * nodes``.  Per call: handing work to the side
+    stream, the fork and join syncs (a blocked waiter's wake-up), binding inputs; per
+    node: the interpreter.  The planner charges both to multi-stream plans and
+    neither to the single-stream graph.
     """
     from autostream.runtime import make_runner
     from autostream.runtime.builder import fork_join
 
-    gm, inputs = fork_join(streams=2, size=2, depth=depth)
-    inputs = tuple(t.to(device) for t in inputs)
-    runner = make_runner(gm, "threads" if device.type == "cpu" else "streams")
-    nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    cases = []
+    for depth in depths:
+        gm, inputs = fork_join(streams=2, size=2, depth=depth)
+        inputs = tuple(t.to(device) for t in inputs)
+        runner = make_runner(gm, "threads" if device.type == "cpu" else "streams")
+        nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+        cases.append((nodes, gm, inputs, runner, [], []))
+    rounds = max(1, min(rounds, repeat))
     try:
         with torch.no_grad():
-            plain = _median_call_us(lambda: gm(*inputs), timer, 10, 201)
-            staged = _median_call_us(lambda: runner(*inputs), timer, 10, 201)
+            for _ in range(rounds):
+                for _, gm, inputs, runner, plain, staged in cases:
+                    plain += timer.samples(lambda gm=gm, a=inputs: gm(*a), 5, repeat // rounds)
+                    staged += timer.samples(lambda r=runner, a=inputs: r(*a), 5, repeat // rounds)
     finally:
-        getattr(runner, "close", lambda: None)()
-    return max(0.0, (staged - plain) / nodes)
+        for case in cases:
+            getattr(case[3], "close", lambda: None)()
+    return fit_runtime_costs([c[0] for c in cases],
+                             [statistics.median(c[5]) - statistics.median(c[4]) for c in cases])
+
+
+def fit_runtime_costs(nodes: Sequence[int], extra_us: Sequence[float]) -> tuple[float, float]:
+    """``(per_node, per_call)`` from the extra time of graphs of ``nodes`` nodes: a least
+    squares slope (>= 0), and the median of what it leaves per call (>= 0).
+
+    >>> fit_runtime_costs([10, 40, 160], [150.0, 240.0, 600.0])
+    (3.0, 120.0)
+    """
+    import numpy as np
+
+    x = np.asarray(nodes, dtype=float)
+    y = np.asarray(extra_us, dtype=float)
+    per_node = max(0.0, float(np.polyfit(x, y, 1)[0])) if len(set(nodes)) > 1 else 0.0
+    per_call = max(0.0, float(np.median(y - per_node * x)))
+    return round(per_node, 6), round(per_call, 6)
 
 
 def device_name(device: torch.device) -> str:
@@ -456,6 +544,10 @@ def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch
     if in_graph:
         pooled, notes = graph_op_times(graphs, dev, warmup, repeat)
         entries = _with_graph_times(entries, pooled)
+        if dev.type == "cpu" and torch.get_num_threads() > 1:
+            # streams divide the cores: an op's split and share in its graph, beside
+            # the graph's other work, are what a two-stream plan meets
+            entries = _with_graph_contention(entries, graph_contention(graphs, repeat))
     if measure_device:
         with torch.no_grad():
             profile = measure_profile(dev, timer, name)

@@ -114,3 +114,70 @@ def time_graph_ops(gm: torch.fx.GraphModule, device: torch.device, warmup: int =
                    ) -> dict[str, list[float]]:
     """Per-node times (us) over ``runs`` runs of the whole graph on random inputs."""
     return GraphTimer(gm, device, inputs).run(warmup, runs)
+
+
+def run_beside(timer: GraphTimer, other: GraphTimer, threads: int, runs: int,
+               settle_s: float = 0.02) -> dict[str, list[float]]:
+    """Per-node times (us) of ``timer``'s graph while ``other``'s graph runs on a second
+    thread without pause; both threads use ``threads`` intra-op threads (CPU).
+
+    This is what an op meets in a two-stream plan on the threads runtime: half the
+    cores, a neighbour competing for memory bandwidth and caches, and the GIL shared
+    with the neighbour's Python.  Each side first runs for ``settle_s`` (the
+    calling thread's idle OpenMP threads spin for several ms after a wider call).
+
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x: (x @ x).relu(), tracing_mode="fake")(torch.ones(8, 8))
+    >>> a, b = (GraphTimer(gm, torch.device("cpu"), seed=s) for s in (0, 1))
+    >>> sorted(run_beside(a, b, threads=1, runs=3))
+    ['mm', 'relu']
+    """
+    import threading
+
+    stop = threading.Event()
+    ready = threading.Event()
+
+    def neighbour() -> None:
+        torch.set_num_threads(threads)
+        start = time.perf_counter()
+        while not stop.is_set():
+            other.run(0, 1)
+            if not ready.is_set() and time.perf_counter() - start >= settle_s:
+                ready.set()
+
+    before = torch.get_num_threads()
+    thread = threading.Thread(target=neighbour, daemon=True)
+    torch.set_num_threads(threads)
+    try:
+        thread.start()
+        ready.wait()
+        start = time.perf_counter()
+        while time.perf_counter() - start < settle_s:
+            timer.run(0, 1)
+        return timer.run(0, runs)
+    finally:
+        stop.set()
+        thread.join()
+        torch.set_num_threads(before)
+
+
+def run_alone(timer: GraphTimer, threads: int, runs: int, settle_s: float = 0.02
+              ) -> dict[str, list[float]]:
+    """Per-node times (us) of ``timer``'s graph alone with ``threads`` intra-op threads.
+
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x: x.relu(), tracing_mode="fake")(torch.ones(4))
+    >>> len(run_alone(GraphTimer(gm, torch.device("cpu")), threads=1, runs=2)["relu"])
+    2
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        start = time.perf_counter()
+        while time.perf_counter() - start < settle_s:
+            timer.run(0, 1)
+        return timer.run(0, runs)
+    finally:
+        torch.set_num_threads(before)

@@ -104,6 +104,11 @@ class CostModel:
         """Host cost per graph node that running a multi-stream plan adds (0: unmeasured)."""
         return self.profile.runtime_op_us
 
+    @property
+    def runtime_call_us(self) -> float:
+        """Host cost per call that running a multi-stream plan adds (0: unmeasured)."""
+        return self.profile.runtime_call_us
+
     def describe(self) -> str:
         """One line: device, kind, whether measured or spec-derived, entry count."""
         d = self.table.device

@@ -25,9 +25,11 @@ class DeviceProfile:
     FLOP/s; ``bandwidth`` is in bytes/s.  ``record_wait_us`` is the cost of one
     record/wait pair between streams (the planner's sync latency),
     ``stream_switch_us`` the host cost of switching the current stream,
-    ``launch_overhead_us`` the fixed cost of launching one op, and ``runtime_op_us``
+    ``launch_overhead_us`` the fixed cost of launching one op, ``runtime_op_us``
     what autostream's multi-stream runtime adds per graph node on the host beyond
-    the compiled graph's own call (its interpreter; 0 when not measured).
+    the compiled graph's own call (its interpreter) and ``runtime_call_us`` what it
+    adds once per call (handing work to the side streams, joining them; both 0 when
+    not measured).
     """
 
     name: str
@@ -39,6 +41,7 @@ class DeviceProfile:
     record_wait_us: float
     stream_switch_us: float
     runtime_op_us: float = 0.0
+    runtime_call_us: float = 0.0
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -63,6 +63,12 @@ class Entry:
     timing: str = "isolated"
     isolated_us: float | None = None
     time_us: float = -1.0
+    #: where ``split`` and ``share`` were measured: ``isolated`` (the op alone, and
+    #: beside a copy of itself) or ``graph`` (in its graph, beside a second copy of
+    #: the graph); the isolated values are kept for comparison
+    contention: str = "isolated"
+    isolated_split: float | None = None
+    isolated_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.time_us < 0:  # tables without a separate planning time use the median
@@ -167,6 +173,7 @@ class CostTable:
                                     "profile.stream_switch_us"),
             # optional: tables written before it was measured read as 0
             runtime_op_us=v.time(prof.get("runtime_op_us", 0.0), "profile.runtime_op_us"),
+            runtime_call_us=v.time(prof.get("runtime_call_us", 0.0), "profile.runtime_call_us"),
             notes=str(dev.get("notes", "")),
         )
         entries = []
@@ -191,6 +198,11 @@ class CostTable:
                 isolated_us=(None if e.get("isolated_us") is None
                              else v.time(e["isolated_us"], f"{f}.isolated_us")),
                 time_us=v.time(e.get("time_us", e["median_us"]), f"{f}.time_us"),
+                contention=v.choice(e.get("contention", "isolated"), f"{f}.contention", TIMINGS),
+                isolated_split=(None if e.get("isolated_split") is None
+                                else v.positive(e["isolated_split"], f"{f}.isolated_split")),
+                isolated_share=(None if e.get("isolated_share") is None
+                                else v.unit(e["isolated_share"], f"{f}.isolated_share")),
             )
             if entry.key in seen:
                 raise TableError(source, f"{f}.signature",
