@@ -76,6 +76,8 @@ class Row:
     kept: str = "-"
     #: plan vs the graph the planner predicted for (eager), Inductor's gain aside
     error_vs_eager: float = float("nan")
+    #: ``torch.compile`` with Dynamo's identity backend: what any backend costs per call
+    dynamo_ms: float | None = None
 
 
 def _sync(device: torch.device | None) -> None:
@@ -126,6 +128,10 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
     with torch.no_grad():
         expected = model(*inputs)
         variants: dict[str, Callable[[], Any]] = {"eager": lambda: model(*inputs)}
+        # Dynamo's identity backend: the floor of any torch.compile backend (guards, frame)
+        dynamo = torch.compile(model, backend="eager")
+        dynamo(*inputs)
+        variants["dynamo"] = lambda: dynamo(*inputs)
         if not args.no_inductor:
             inductor = torch.compile(model)
             inductor(*inputs)
@@ -173,6 +179,7 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
         model=name, streams=streams,
         eager_ms=medians["eager"] * 1e3,
         inductor_ms=medians["inductor"] * 1e3 if "inductor" in medians else None,
+        dynamo_ms=medians["dynamo"] * 1e3,
         as_seq_ms=medians["as_seq"] * 1e3,
         plan_ms=medians["plan"] * 1e3,
         autostream_ms=medians["autostream"] * 1e3,
@@ -215,21 +222,24 @@ def _tuple(x):
 
 
 def print_table(rows: list[Row]) -> None:
-    head = (f"{'model':<20} {'str':>3} {'eager':>8} {'inductor':>9} {'as-seq':>8} "
+    head = (f"{'model':<20} {'str':>3} {'eager':>8} {'dynamo':>8} {'inductor':>9} {'as-seq':>8} "
             f"{'plan':>8} {'autostrm':>9} {'base':>8} {'pred':>6} {'plan x':>7} {'error':>7} {'err/eag':>7} "
             f"{'kept':>8} {'autostrm x':>10}")
     print(head)
     print("-" * len(head))
     for r in rows:
         ind = f"{r.inductor_ms:9.3f}" if r.inductor_ms is not None else f"{'-':>9}"
+        dyn = f"{r.dynamo_ms:8.3f}" if r.dynamo_ms is not None else f"{'-':>8}"
         pred = f"{r.predicted:6.2f}" if r.predicted == r.predicted else f"{'n/a':>6}"
         err = f"{r.error:+7.1%}" if r.error == r.error else f"{'n/a':>7}"
         err += " " + (f"{r.error_vs_eager:+7.1%}" if r.error_vs_eager == r.error_vs_eager
                       else f"{'n/a':>7}")
-        print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {ind} {r.as_seq_ms:8.3f} "
+        print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {dyn} {ind} {r.as_seq_ms:8.3f} "
               f"{r.plan_ms:8.3f} {r.autostream_ms:9.3f} {r.baseline:>8} {pred} "
               f"{r.plan_measured:7.2f} {err} {r.kept:>8} {r.measured:10.2f}")
-    print("times: median ms per call. plan: the multi-stream plan on the runtime; autostrm: the "
+    print("times: median ms per call. dynamo: torch.compile with Dynamo's identity backend, the "
+          "per-call floor of any backend (not a baseline). "
+          "plan: the multi-stream plan on the runtime; autostrm: the "
           "backend with --fallback, which measured plan, eager (and Inductor) on its first calls "
           "and kept the fastest ('kept'). pred / plan x / autostrm x: speed-up over the best single-stream variant; "
           "error: plan x vs pred; err/eag: (eager / plan) vs pred, the error of the cost "

@@ -220,3 +220,23 @@ def test_relaxed_models_get_a_bound_without_contention(contention, caplog):
     assert "found no plan" not in caplog.text
     assert s.stats["relaxed"]["status"] in ("OPTIMAL", "FEASIBLE")
     assert s.makespan <= solve(p, "single").makespan + 1e-9
+
+
+def test_four_interleaved_workers_give_one_plan_over_repeated_solves():
+    # This graph had two optimal plans, and CP-SAT's default interleave batch size
+    # returned either from one solve to the next.
+    from autostream.capture import capture
+    from autostream.graph import build_op_graph
+    from autostream.planning import build_problem
+    from autostream.zoo import random_dag_model
+    from tests.helpers import UniformCosts
+
+    model, inputs = random_dag_model(3530, ops=8, width=16, rows=4)
+    [c] = capture(model, inputs)
+    ops = build_op_graph(c.gm)
+    costs = UniformCosts()
+    problem = build_problem(ops, {n: costs.estimate(d["fx"]) for n, d in ops.nodes(data=True)},
+                            3, 0.0, split=True)
+    plans = {tuple(sorted(solve(problem, "cpsat", workers=4).stream_of.items()))
+             for _ in range(12)}
+    assert len(plans) == 1
