@@ -147,22 +147,3 @@ def test_runtime_costs_are_optional_and_must_not_be_negative(tmp_path, field):
     bad.write_text(json.dumps(data))
     with pytest.raises(TableError, match=f"profile.{field}"):
         CostTable.load(bad)
-
-
-@pytest.mark.parametrize("field, value, message", [
-    ("contention", "guessed", "contention"),
-    ("isolated_split", 0.0, "isolated_split"),
-    ("isolated_share", 1.5, "isolated_share"),
-])
-def test_contention_fields_are_checked(tmp_path, field, value, message):
-    import json
-
-    import cost_models
-    from autostream.cost import CostTable, TableError
-
-    data = json.loads(cost_models.table_path("cpu").read_text())
-    data["entries"][0][field] = value
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(data))
-    with pytest.raises(TableError, match=f"entries\\[0\\].{message}"):
-        CostTable.load(bad)

@@ -29,6 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--isolated", action="store_true",
                    help="keep each op's isolated time instead of its time inside the whole "
                         "graph (the default measures both and uses the in-graph one)")
+    p.add_argument("--runs", type=int, default=1,
+                   help="calibrate N times and keep each number's median (default 1; on a "
+                        "shared machine 3 or more give a steadier table)")
     p.add_argument("--merge", action="store_true",
                    help="merge into an existing --out table (new measurements win)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -37,12 +40,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from autostream.cost.calibrate import calibrate_graphs
-    from autostream.cost.table import CostTable
+    from autostream.cost.table import CostTable, median_table
     from autostream.cost.timing import available_device
     from autostream.modelspec import load_model_spec
 
     if args.warmup < 0 or args.repeat < 1:
         raise ValueError("--warmup must be >= 0 and --repeat >= 1")
+    if args.runs < 1:
+        raise ValueError("--runs must be >= 1")
     device = available_device(args.device)
     existing = None
     if args.merge and args.out.exists():
@@ -57,9 +62,11 @@ def run(args: argparse.Namespace) -> int:
         if device.type != "cpu" and hasattr(model, "to"):
             model = model.to(device)
         graphs += capture_graphs(model, _to(inputs, device))
-    table = calibrate_graphs(graphs, device, args.warmup, args.repeat,
-                             progress=not args.no_progress, models=args.model_spec,
-                             threads=args.threads, in_graph=not args.isolated)
+    tables = [calibrate_graphs(graphs, device, args.warmup, args.repeat,
+                               progress=not args.no_progress, models=args.model_spec,
+                               threads=args.threads, in_graph=not args.isolated)
+              for _ in range(args.runs)]
+    table = median_table(tables) if args.runs > 1 else tables[0]
     if existing is not None:
         table = existing.merged(table)
     table.save(args.out)

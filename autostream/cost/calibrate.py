@@ -48,6 +48,9 @@ from autostream.cost.signature import OpSignature, TensorSpec, dtype_short, node
 from autostream.cost.table import CostTable, Entry, Skipped
 from autostream.cost.timing import available_device, make_timer
 
+#: contention measurements per op (the median is kept): on the CI VM three gave
+#: shares that moved by up to 0.1 between calibrations, enough to flip a plan
+CONTENTION_REPEATS = 7
 #: target wall time of each contention measurement (us); keeps calibration quick
 CONTENTION_TARGET_US = 20_000.0
 #: timing passes over all ops (samples of one op are spread over time; see _time_rounds)
@@ -226,7 +229,7 @@ def _entry(job: _Job, timer: Any) -> Entry:
     spread = _quantile(times, 0.75) - _quantile(times, 0.25) if len(times) > 1 else 0.0
     n = int(min(400, max(10, math.ceil(CONTENTION_TARGET_US / max(median, 1e-3)))))
     ratios, splits = [], []
-    for _ in range(3):
+    for _ in range(CONTENTION_REPEATS):
         alone, together, alone_split = timer.contention(job.run, job.run2, n)
         splits.append(alone_split / alone if alone > 0 else 1.0)
         ratios.append(together / alone_split if alone_split > 0 else 1.0)
@@ -323,66 +326,6 @@ def _with_graph_times(entries: list[Entry], pooled: dict[tuple[str, str], list[l
         out.append(replace(e, median_us=round(statistics.median(times), 4),
                            spread_us=round(spread, 4), samples=len(times), timing="graph",
                            isolated_us=e.time_us, time_us=round(robust_time(rounds), 4)))
-    return out
-
-
-def graph_contention(graphs: Sequence[torch.fx.GraphModule], repeat: int = 30,
-                     rounds: int = ROUNDS) -> dict[str, dict[tuple[str, str], list[float]]]:
-    """In-graph times (us) per op signature under the three conditions of a two-stream
-    plan on CPU: ``full`` (alone, every intra-op thread), ``half`` (alone, half of
-    them) and ``beside`` (half of them, a second copy of the graph running on another
-    thread: ``incontext.run_beside``).  The conditions alternate within each of
-    ``rounds`` rounds, so a drifting machine biases none of the ratios."""
-    from autostream.cost.incontext import GraphTimer, run_alone, run_beside
-
-    total = torch.get_num_threads()
-    half = max(1, total // 2)
-    pairs = []
-    for gi, gm in enumerate(graphs):
-        try:
-            a = GraphTimer(gm, torch.device("cpu"), seed=gi)
-            b = GraphTimer(gm, torch.device("cpu"), seed=gi + 7919)
-            a.run(1, 1)
-        except Exception:  # noqa: BLE001 - graph_op_times already noted it
-            continue
-        names = {}
-        for n in gm.graph.nodes:
-            if n.op == "call_function" and not is_free_target(n.target):
-                sig = node_signature(n)
-                names[n.name] = (sig.op, sig.key)
-        pairs.append((a, b, names))
-    out: dict[str, dict[tuple[str, str], list[float]]] = {"full": {}, "half": {}, "beside": {}}
-    rounds = max(1, min(rounds, repeat))
-    for r in range(rounds):
-        per = repeat // rounds + (1 if r < repeat % rounds else 0)
-        for a, b, names in pairs:
-            runs = {"full": run_alone(a, total, per), "half": run_alone(a, half, per),
-                    "beside": run_beside(a, b, half, per)}
-            for condition, times in runs.items():
-                for name, ts in times.items():
-                    if name in names:
-                        out[condition].setdefault(names[name], []).extend(ts)
-    return out
-
-
-def _with_graph_contention(entries: list[Entry],
-                           measured: dict[str, dict[tuple[str, str], list[float]]]
-                           ) -> list[Entry]:
-    """Entries whose ``split`` and ``share`` come from their graphs (``graph_contention``);
-    the isolated values stay in ``isolated_split`` / ``isolated_share``."""
-    out = []
-    for e in entries:
-        full, half, beside = (measured[c].get(e.key) for c in ("full", "half", "beside"))
-        if not (full and half and beside):
-            out.append(e)
-            continue
-        t_full, t_half, t_beside = (statistics.median(x) for x in (full, half, beside))
-        split = max(1.0, t_half / t_full) if t_full > 0 else 1.0
-        slowdown = t_beside / t_half if t_half > 0 else 1.0
-        out.append(replace(e, split=round(split, 4), slowdown=round(slowdown, 4),
-                           share=round(min(1.0, max(0.0, slowdown / 2)), 4),
-                           contention="graph", isolated_split=e.split,
-                           isolated_share=e.share))
     return out
 
 
@@ -544,10 +487,6 @@ def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch
     if in_graph:
         pooled, notes = graph_op_times(graphs, dev, warmup, repeat)
         entries = _with_graph_times(entries, pooled)
-        if dev.type == "cpu" and torch.get_num_threads() > 1:
-            # streams divide the cores: an op's split and share in its graph, beside
-            # the graph's other work, are what a two-stream plan meets
-            entries = _with_graph_contention(entries, graph_contention(graphs, repeat))
     if measure_device:
         with torch.no_grad():
             profile = measure_profile(dev, timer, name)

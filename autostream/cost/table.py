@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -63,12 +64,6 @@ class Entry:
     timing: str = "isolated"
     isolated_us: float | None = None
     time_us: float = -1.0
-    #: where ``split`` and ``share`` were measured: ``isolated`` (the op alone, and
-    #: beside a copy of itself) or ``graph`` (in its graph, beside a second copy of
-    #: the graph); the isolated values are kept for comparison
-    contention: str = "isolated"
-    isolated_split: float | None = None
-    isolated_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.time_us < 0:  # tables without a separate planning time use the median
@@ -198,11 +193,6 @@ class CostTable:
                 isolated_us=(None if e.get("isolated_us") is None
                              else v.time(e["isolated_us"], f"{f}.isolated_us")),
                 time_us=v.time(e.get("time_us", e["median_us"]), f"{f}.time_us"),
-                contention=v.choice(e.get("contention", "isolated"), f"{f}.contention", TIMINGS),
-                isolated_split=(None if e.get("isolated_split") is None
-                                else v.positive(e["isolated_split"], f"{f}.isolated_split")),
-                isolated_share=(None if e.get("isolated_share") is None
-                                else v.unit(e["isolated_share"], f"{f}.isolated_share")),
             )
             if entry.key in seen:
                 raise TableError(source, f"{f}.signature",
@@ -305,3 +295,52 @@ class _Validator:
         if not 0.0 <= x <= 1.0:
             raise self.fail(f, f"is {x}; a device share lies in [0, 1]")
         return x
+
+
+def median_table(tables: Sequence[CostTable]) -> CostTable:
+    """One table from several calibrations of the same models: per entry and per profile
+    field, the median of the measured numbers (samples add up).
+
+    On the shared CI VM two calibrations run back to back differed by 14% in median op
+    time and by up to 0.37 in an op's share, enough to flip a plan; the median of
+    several runs is steadier.
+
+    >>> t = CostTable.load(Path(__file__).parents[2] / "cost_models" / "cpu.json")
+    >>> slow = replace(t, entries=tuple(replace(e, time_us=3 * e.time_us) for e in t.entries))
+    >>> m = median_table([t, slow, t])
+    >>> m.entries[0].time_us == t.entries[0].time_us, m.device["settings"]["runs"]
+    (True, 3)
+    """
+    if not tables:
+        raise ValueError("median_table needs at least one table")
+    first = tables[0]
+    kinds = {t.profile.kind for t in tables}
+    if len(kinds) > 1:
+        raise ValueError(f"tables for different device kinds {sorted(kinds)} cannot be combined")
+
+    def med(values: Iterable[float | None]) -> float | None:
+        xs = sorted(v for v in values if v is not None)
+        return statistics.median(xs) if xs else None
+
+    by_key: dict[tuple[str, str], list[Entry]] = {}
+    for t in tables:
+        for e in t.entries:
+            by_key.setdefault(e.key, []).append(e)
+    entries = []
+    for group in by_key.values():
+        numeric = {f: med(getattr(e, f) for e in group)
+                   for f in ("median_us", "spread_us", "share", "slowdown", "split", "time_us",
+                             "isolated_us")}
+        entries.append(replace(group[0], samples=sum(e.samples for e in group), **numeric))
+    profiles = [t.profile for t in tables]
+    peaks = {k: med(p.peak_flops.get(k) for p in profiles) for k in first.profile.peak_flops}
+    profile = replace(first.profile, peak_flops=peaks, **{
+        f: med(getattr(p, f) for p in profiles)
+        for f in ("bandwidth", "launch_overhead_us", "record_wait_us", "stream_switch_us",
+                  "runtime_op_us", "runtime_call_us")})
+    device = dict(first.device)
+    device["settings"] = {**device.get("settings", {}), "runs": len(tables)}
+    skipped = {(s.op, s.signature): s for t in tables for s in t.skipped
+               if (s.op, s.signature) not in by_key}
+    return CostTable(device=device, profile=profile, entries=tuple(entries),
+                     skipped=tuple(skipped.values()))
