@@ -83,14 +83,17 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         kind = select_runtime(runtime, example_inputs)
         return make_boxed_func(_Lazy(lambda: make_runner(gm, kind, sanitize=sanitize)))
 
-    def lifted_runner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], plan) -> Callable:
+    def lifted_runner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], plan
+                      ) -> Callable | None:
         """The plan on Dynamo's graph, or ``None`` (then the ATen graph runs)."""
         try:
             costs = load_cost_model(stream_pass.cost_table)
             lifted = lift_plan(gm, plan, costs.runtime_op_us, costs.runtime_call_us)
-        except LiftError as exc:
-            lifts.append(exc)
-            log.info("autostream: plan kept on the ATen graph: %s", exc)
+        except Exception as exc:  # lifting must never break compilation
+            why = exc if isinstance(exc, LiftError) else LiftError(
+                f"lifting failed ({type(exc).__name__}: {exc})")
+            lifts.append(why)
+            log.info("autostream: plan kept on the ATen graph: %s", why)
             return None
         lifts.append(lifted)
         log.info("autostream: %s", lifted.describe())

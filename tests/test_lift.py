@@ -134,3 +134,25 @@ def test_backend_runs_the_lifted_graph_or_says_why_not(model, lifted):
         pytest.skip("the h200 table keeps this graph on one stream")
     [outcome] = be.lifts
     assert isinstance(outcome, LiftedPlan if lifted else LiftError)
+
+
+def test_an_unexpected_failure_while_lifting_leaves_the_aten_plan_running(monkeypatch):
+    import sys
+
+    backend_module = sys.modules["autostream.backend"]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("provenance went missing")
+
+    monkeypatch.setattr(backend_module, "lift_plan", broken)
+    model, inputs = MODELS["multihead"]()
+    torch._dynamo.reset()
+    be = autostream.backend(max_streams=2, cost_table="h200", measure=0, runtime="threads")
+    compiled = torch.compile(model, backend=be)
+    with torch.no_grad():
+        for g, e in zip(as_tuple(compiled(*inputs)), as_tuple(model(*inputs)), strict=True):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+    assert be.autostream_pass.last_report.applied
+    [outcome] = be.lifts
+    assert isinstance(outcome, LiftError) and "provenance went missing" in str(outcome)

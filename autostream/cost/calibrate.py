@@ -48,8 +48,8 @@ from autostream.cost.signature import OpSignature, TensorSpec, dtype_short, node
 from autostream.cost.table import CostTable, Entry, Skipped
 from autostream.cost.timing import available_device, make_timer
 
-#: contention measurements per op (the median is kept): on the CI VM three gave
-#: shares that moved by up to 0.1 between calibrations, enough to flip a plan
+#: contention measurements per op (the median is kept; was 3): on the CI VM an op's
+#: share still moved by up to 0.37 between two calibrations, which ``--runs`` narrows
 CONTENTION_REPEATS = 7
 #: target wall time of each contention measurement (us); keeps calibration quick
 CONTENTION_TARGET_US = 20_000.0
