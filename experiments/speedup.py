@@ -113,11 +113,6 @@ def time_alternating(variants: dict[str, Callable[[], Any]], runs: int, warmup: 
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def _compiled(model, backend) -> Callable[..., Any]:
-    torch._dynamo.reset()
-    return torch.compile(model, backend=backend)
-
-
 def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
     model, inputs = factory()
     device = torch.device(args.device)

@@ -46,8 +46,8 @@ CP-SAT's deterministic clock (reproducible), with a fixed ``seed`` and
 (default 8 workers, interleaved on however many cores there are: a broader portfolio
 of CP-SAT's subsolvers; with the reproducible batch size, 8 workers reached the best
 known makespan on 176 of the 180 STG 100-task/4-stream cases and planned the
-5,032-op decoder 2.4% above its bound, against 176 and 3.7% with 4 workers, 163 with
-2 workers and a batch of 2); a wall-clock cap (``1.5 x`` a solve's
+5,032-op decoder 2.4% above its bound, against 174-176 and 3.7-3.9% with 4 workers
+(163 with 4 workers and a batch of 2); a wall-clock cap (``1.5 x`` a solve's
 budget, and a deadline that leaves the Python work after the solves, such as
 simulating the candidates, inside ``time_limit``) keeps a loaded machine on time,
 at the price of determinism (``stats["deterministic"]`` says whether it cut in).
