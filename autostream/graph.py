@@ -85,6 +85,32 @@ def is_meta_only(node: torch.fx.Node) -> bool:
     return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool))
 
 
+_INPLACE_OPERATORS = frozenset({
+    operator.setitem, operator.delitem, operator.iadd, operator.isub, operator.imul,
+    operator.itruediv, operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul,
+    operator.iand, operator.ior, operator.ixor, operator.ilshift, operator.irshift,
+})
+
+
+def writes_inputs_by_name(node: torch.fx.Node) -> bool:
+    """Whether a Python-level call (a Dynamo graph's node) may mutate one of its inputs.
+
+    Judged conservatively from what the call looks like, where no ATen schema says:
+    in-place operators, ``inplace=True``, ``out=`` and torch's trailing-underscore names.
+
+    >>> g = torch.fx.Graph(); x = g.placeholder("x")
+    >>> writes_inputs_by_name(g.call_method("add_", (x, 1))), writes_inputs_by_name(g.call_method("add", (x, 1)))
+    (True, False)
+    """
+    if node.target in _INPLACE_OPERATORS:
+        return True
+    if node.kwargs.get("inplace") is True or "out" in node.kwargs:
+        return True
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    # torch's in-place convention: add_, relu_, copy_, index_put_ (not __dunder__ names)
+    return name.endswith("_") and not name.endswith("__")
+
+
 def _is_rng(node: torch.fx.Node) -> bool:
     t = node.target
     if isinstance(t, torch._ops.OpOverload):

@@ -31,7 +31,13 @@ import networkx as nx
 import torch
 import torch.fx
 
-from autostream.graph import OpGraph, build_op_graph, op_effects, target_name
+from autostream.graph import (
+    OpGraph,
+    build_op_graph,
+    op_effects,
+    target_name,
+    writes_inputs_by_name,
+)
 from autostream.planning import Plan
 from autostream.problem import SchedulingProblem
 from autostream.rewrite import rewrite_graph
@@ -77,24 +83,6 @@ class LiftedPlan:
 
 
 #: Python operators that write their first operand.
-_INPLACE_OPERATORS = frozenset({
-    operator.setitem, operator.delitem, operator.iadd, operator.isub, operator.imul,
-    operator.itruediv, operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul,
-    operator.iand, operator.ior, operator.ixor, operator.ilshift, operator.irshift,
-})
-
-
-def _writes_inputs(node: torch.fx.Node) -> bool:
-    """Whether a Dynamo-level call may mutate one of its inputs (judged conservatively)."""
-    if node.target in _INPLACE_OPERATORS:
-        return True
-    if node.kwargs.get("inplace") is True or "out" in node.kwargs:
-        return True
-    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    # torch's in-place convention: add_, relu_, copy_, index_put_ (not __dunder__ names)
-    return name.endswith("_") and not name.endswith("__")
-
-
 def _is_tensorish(value: object) -> bool:
     if isinstance(value, torch.Tensor):
         return True
@@ -107,7 +95,7 @@ def _check_dynamo_node(node: torch.fx.Node, has_aten: bool) -> None:
     where = f"Dynamo node {node.name!r} ({target_name(node)})"
     if node.op == "call_module":
         raise LiftError(f"{where} calls a module, whose state changes the graph does not show")
-    if _writes_inputs(node):
+    if writes_inputs_by_name(node):
         raise LiftError(f"{where} may mutate its inputs; its data flow is not its dependences")
     if not has_aten and node.target is not operator.getitem \
             and not _is_tensorish(node.meta.get("example_value")):

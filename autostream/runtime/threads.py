@@ -2,7 +2,11 @@
 
 ``record`` sets a ``threading.Event`` once everything before it on its stream has run;
 ``wait`` blocks on those events (with a timeout that names the token and the op).
-ATen ops release the GIL, so streams really overlap.
+ATen ops release the GIL, so streams really overlap.  Each run of two or more ops
+between a stream's syncs is traced with TorchScript on the first call and runs as
+one call without the GIL afterwards (``autostream.runtime.segments``: small ops
+would otherwise pass the GIL back and forth; ``trace_segments=False`` runs every op
+from Python).
 
 Intra-op threads: ``torch.set_num_threads`` sets the *calling thread's* OpenMP
 thread count (and MKL's thread-local one), so each stream thread sets its own
@@ -40,13 +44,14 @@ from autostream.runtime.execute import (
     collect_outputs,
     run_node,
 )
-from autostream.runtime.program import StreamProgram, parse_program
+from autostream.runtime.program import Step, StreamProgram, parse_program
 from autostream.runtime.sanitizer import (
     RaceError,
     SanitizerConfig,
     SanitizerRun,
     sanitize_from_env,
 )
+from autostream.runtime.segments import Segment, SegmentRunner, split_segments
 
 
 class StreamWaitTimeout(RuntimeError):
@@ -163,11 +168,15 @@ class _Call:
 
     def _run_stream(self, stream: int) -> None:
         gm, env, san, threads = self.runner.gm, self.env, self.san, self.threads
+        segments = self.runner.segments
         try:
-            for step in self.program.streams[stream]:
+            for step in self.runner.plan_of[stream]:
                 if self.abort.is_set():
                     raise _Aborted()
-                if step.kind == "op":
+                if isinstance(step, Segment):
+                    threads.apply(stream)
+                    segments.run(step, env)
+                elif step.kind == "op":
                     threads.apply(stream)
                     if san:
                         san.before_op(stream, step.node)
@@ -216,7 +225,7 @@ class ThreadsRunner:
     def __init__(self, gm: torch.fx.GraphModule, program: StreamProgram | None = None, *,
                  sanitize: bool | SanitizerConfig = False, seed: int = 0,
                  wait_timeout_s: float = 120.0, intra_op_threads: int | None = None,
-                 record_spans: bool = False):
+                 record_spans: bool = False, trace_segments: bool = True):
         if wait_timeout_s <= 0:
             raise ValueError("wait_timeout_s must be > 0")
         if intra_op_threads is not None and intra_op_threads < 1:
@@ -231,6 +240,17 @@ class ThreadsRunner:
         self.record_spans = record_spans
         self.last_spans: dict[str, tuple[int, float, float]] = {}
         self.token_origin, self.next_op = self._describe_syncs()
+        #: what each stream runs: steps, and ``Segment``s traced on the first call
+        #: (off under the sanitizer and with ``record_spans``, which need every op)
+        self.segments = SegmentRunner(gm)
+        traced = trace_segments and not self.sanitizer and not record_spans
+        self.plan_of: dict[int, list[Step | Segment]] = {
+            k: split_segments(self.program, k) if traced else list(steps)
+            for k, steps in self.program.streams.items()}
+        for items in self.plan_of.values():
+            for item in items:
+                if isinstance(item, Segment):
+                    self.segments.prepare(item)
         self._workers = {k: _Worker(f"autostream-{stream_label(k)}")
                          for k in self.program.side_streams}
         self._finalizer = weakref.finalize(self, _stop_all, list(self._workers.values()))

@@ -1,0 +1,210 @@
+"""Straight runs of one stream's ops, compiled with TorchScript so the stream runs them without the GIL.
+
+Why: each op called from Python takes the GIL back when it returns.  While another
+stream also runs ops from Python, the two threads hand the GIL to each other around
+every op, and each hand-over waits for a thread to wake up (40-100 us on the 2-core
+CI VM).  Measured here: two threads each running 50 ``softmax(x @ w)`` on 4x256
+inputs took 0.68x the time of running both in turn (slower); the same ops as two
+traced TorchScript functions, which run their whole graph with the GIL released,
+took 1.54x less.  On the MoE block of the zoo the router's 25 us ops (``softmax``,
+``topk``) took 160-420 us each beside a side stream's matmuls.
+
+A **segment** is a maximal run of consecutive ops of one stream between two of its
+syncs.  On its first call it runs op by op in Python (the reference), is traced with
+``torch.jit.trace`` on those same inputs, and the traced function is run once more
+and compared with the reference, bit for bit: only a segment whose outputs are equal
+is used in later calls.  Never traced (they run op by op): segments of fewer than
+``min_ops`` ops, ops that may write their inputs (running them twice would apply
+the write twice) or keep program order (RNG, side effects), inputs or outputs that
+are not tensors, inputs that require grad, and anything ``torch.jit.trace`` refuses.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from autostream.graph import op_effects, target_name, writes_inputs_by_name
+from autostream.runtime.execute import Env, StreamRuntimeError, load, run_node
+from autostream.runtime.program import Step, StreamProgram
+
+#: segments shorter than this run op by op (one op already releases the GIL itself)
+MIN_SEGMENT_OPS = 2
+
+#: ``warnings.catch_warnings`` edits the process-wide filters: streams tracing their
+#: first segments at the same time take turns
+_TRACE_LOCK = threading.Lock()
+
+
+def _signature(args: Sequence[torch.Tensor]) -> tuple:
+    grad = torch.is_grad_enabled()
+    return tuple((a.shape, a.stride(), a.dtype, a.device, grad and a.requires_grad) for a in args)
+
+
+@dataclass
+class Segment:
+    """Consecutive ``op`` steps of one stream, run as one traced function once verified.
+
+    ``inputs``: values the segment reads that are produced elsewhere; ``outputs``:
+    values it produces that are read after it (or returned); ``release``: what the
+    stream may drop once the segment has run.  ``status`` is ``"pending"`` before
+    the first call, then ``"traced"`` or the reason it runs op by op.
+    """
+
+    stream: int
+    steps: tuple[Step, ...]
+    inputs: tuple[torch.fx.Node, ...]
+    outputs: tuple[torch.fx.Node, ...]
+    release: tuple[torch.fx.Node, ...]
+    status: str = "pending"
+    compiled: Any = field(default=None, repr=False)
+    #: shape, stride, dtype, device of each input when traced (none recording autograd
+    #: history): calls with other inputs run op by op
+    signature: tuple = field(default=(), repr=False)
+
+    @property
+    def names(self) -> list[str]:
+        return [s.node.name for s in self.steps]
+
+
+def _unsafe_to_repeat(node: torch.fx.Node) -> str | None:
+    if node.op == "call_module":
+        return f"{node.name!r} calls a module"
+    effects = op_effects(node)
+    if effects.writes or writes_inputs_by_name(node):
+        return f"{node.name!r} ({target_name(node)}) may write its inputs"
+    if effects.ordered:
+        return f"{node.name!r} ({target_name(node)}) keeps program order (RNG or side effect)"
+    return None
+
+
+def _segment(stream: int, steps: list[Step]) -> Segment:
+    nodes = {s.node for s in steps}
+    inputs: dict[torch.fx.Node, None] = {}
+    for s in steps:
+        for n in s.node.all_input_nodes:
+            if n not in nodes:
+                inputs.setdefault(n)
+    outputs = tuple(s.node for s in steps if any(u not in nodes for u in s.node.users))
+    release = tuple(dict.fromkeys(v for s in steps for v in s.release))
+    return Segment(stream, tuple(steps), tuple(inputs), outputs, release)
+
+
+def split_segments(program: StreamProgram, stream: int, min_ops: int = MIN_SEGMENT_OPS
+                   ) -> list[Step | Segment]:
+    """``program.streams[stream]`` with each run of at least ``min_ops`` ops as a ``Segment``.
+
+    >>> from autostream.runtime.builder import two_chains
+    >>> from autostream.runtime.program import parse_program
+    >>> gm, _ = two_chains(depth=3, streams=2)
+    >>> [type(x).__name__ for x in split_segments(parse_program(gm), 1)]
+    ['Segment', 'Step']
+    """
+    items: list[Step | Segment] = []
+    run: list[Step] = []
+
+    def close() -> None:
+        if len(run) >= min_ops:
+            items.append(_segment(stream, run))
+        else:
+            items.extend(run)
+        run.clear()
+
+    for step in program.streams[stream]:
+        if step.kind == "op":
+            run.append(step)
+        else:
+            close()
+            items.append(step)
+    close()
+    return items
+
+
+def _module(gm: torch.fx.GraphModule, seg: Segment) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    remap = {n: graph.placeholder(f"in_{i}") for i, n in enumerate(seg.inputs)}
+    for s in seg.steps:
+        remap[s.node] = graph.node_copy(s.node, lambda n: remap[n])
+    graph.output(tuple(remap[n] for n in seg.outputs))
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _identical(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(
+        isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype
+        and x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+class SegmentRunner:
+    """Runs one stream's segments: op by op on the first call, traced afterwards."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.gm = gm
+
+    def prepare(self, seg: Segment) -> None:
+        """Decide, before any call, what rules tracing out."""
+        for s in seg.steps:
+            why = _unsafe_to_repeat(s.node)
+            if why:
+                seg.status = why
+                return
+
+    def run(self, seg: Segment, env: Env) -> None:
+        args = [load(env, n, seg.steps[0].node) for n in seg.inputs]
+        if seg.compiled is not None and _signature(args) != seg.signature:
+            self._run_ops(seg, env)  # traced for other shapes: a trace may have fixed them
+        elif seg.compiled is not None:
+            try:
+                values = seg.compiled(*args)
+            except Exception as exc:  # noqa: BLE001 - the ops themselves decide
+                # op by op from now on: an op that fails raises its own error
+                seg.compiled, seg.status = None, f"the traced function raised {type(exc).__name__}"
+                self._run_ops(seg, env)
+            else:
+                for node, value in zip(seg.outputs, values, strict=True):
+                    env[node] = value
+        elif seg.status == "pending":
+            self._first_call(seg, args, env)
+        else:
+            self._run_ops(seg, env)
+        for v in seg.release:
+            env.pop(v, None)
+
+    def _run_ops(self, seg: Segment, env: Env) -> None:
+        for s in seg.steps:
+            try:
+                env[s.node] = run_node(self.gm, s.node, env)
+            except Exception as exc:
+                raise StreamRuntimeError(s.node, seg.stream, exc) from exc
+
+    def _first_call(self, seg: Segment, args: list[Any], env: Env) -> None:
+        self._run_ops(seg, env)
+        reference = [env[n] for n in seg.outputs]
+        seg.status = self._trace(seg, args, reference)
+
+    def _trace(self, seg: Segment, args: list[Any], reference: list[Any]) -> str:
+        if not all(isinstance(a, torch.Tensor) for a in args):
+            return "an input is not a tensor"
+        if not reference or not all(isinstance(r, torch.Tensor) for r in reference):
+            return "an output is not a tensor (or nothing is read after the segment)"
+        if torch.is_grad_enabled() and any(a.requires_grad for a in args):
+            return "an input requires grad"
+        module = _module(self.gm, seg)
+        try:
+            with _TRACE_LOCK, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                traced = torch.jit.trace(module, tuple(args), check_trace=False, strict=False)
+                again = traced(*args)
+        except Exception as exc:  # noqa: BLE001 - tracing is an optimisation only
+            return f"torch.jit.trace refused it ({type(exc).__name__}: {exc})"
+        again = list(again) if isinstance(again, (tuple, list)) else [again]
+        if not _identical(again, reference):
+            return "the traced function's outputs differ from the ops'"
+        seg.compiled, seg.signature = traced, _signature(args)
+        return "traced"

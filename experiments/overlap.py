@@ -1,0 +1,223 @@
+"""What two CPU streams can gain on this machine, and what traced segments buy (issue 5).
+
+**Ceiling.**  For each model, two copies of its own Dynamo graph (separate inputs,
+so no shared cache) run on two streams by the threads runtime, against the same
+two copies on one stream (the graph's own code, all intra-op threads).  The copies
+are independent, so this is the most any two-stream plan can gain from overlapping
+this model's ops here: a plan of one copy overlaps less (its dependences allow
+less).  A ceiling below 1 says overlap cannot pay for this op mix on this machine,
+whatever the plan; the planner should then keep one stream.
+
+**Traced segments.**  The threads runtime runs each stream's runs of ops between
+syncs as TorchScript functions, without the GIL (``autostream.runtime.segments``).
+Each ceiling and each plan is run both ways: ``python`` (every op called from
+Python) and ``traced``.  The first row is a probe of small ops, where the GIL
+matters most: two chains of 32 ``softmax(x @ w)`` on 4x256 inputs.
+
+Plans: the planner's two-stream plan, lifted to Dynamo's graph (as the backend
+runs it), against Dynamo's graph on one stream; ``-`` where the planner kept one
+stream or the plan could not be lifted.  Times are medians over ``--runs``
+alternating rounds, each timed call after ``--settle-ms`` of untimed calls.
+
+    python experiments/overlap.py
+    python experiments/overlap.py --models moe,two_branch_gemv --runs 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from speedup import models, time_alternating  # noqa: E402
+
+from autostream.capture import capture  # noqa: E402
+from autostream.lift import lift_plan  # noqa: E402
+from autostream.planning import PlanOptions, load_cost_model, plan_graph  # noqa: E402
+from autostream.runtime import ThreadsRunner  # noqa: E402
+from autostream.runtime.builder import DialectBuilder  # noqa: E402
+from autostream.runtime.choice import SETTLE_S  # noqa: E402
+
+
+def copies_on_streams(gm: torch.fx.GraphModule, streams: int) -> torch.fx.GraphModule:
+    """Two copies of ``gm``: the second on stream 1 when ``streams == 2``, joined at the end.
+
+    Inputs: ``gm``'s inputs for the first copy, then for the second; outputs: both
+    copies' outputs, flattened.
+    """
+    b = DialectBuilder()
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    inputs = [{p: b.input(f"{p.name}_{c}") for p in places} for c in (0, 1)]
+    outs: list[Any] = []
+    token = None
+    for copy in (1, 0):  # the side copy first: its worker starts while the main copy runs
+        env = dict(inputs[copy])
+        with b.stream(copy if streams == 2 else 0):
+            for n in gm.graph.nodes:
+                if n.op == "output":
+                    outs += pytree.tree_leaves(torch.fx.node.map_arg(n.args[0], env.get))
+                elif n.op != "placeholder":
+                    env[n] = b.graph.node_copy(n, lambda a, env=env: env[a])
+            if copy == 1 and streams == 2:
+                token = b.record()
+    if token is not None:
+        b.wait(token)
+    b.graph.output(tuple(o for o in outs if isinstance(o, torch.fx.Node)))
+    return torch.fx.GraphModule(gm, b.graph)
+
+
+def small_chains(streams: int, depth: int = 32, rows: int = 4, width: int = 256
+                 ) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
+    """Two chains of ``depth`` ``softmax(v @ w)`` (``rows x width``), chain b on stream 1."""
+    gen = torch.Generator().manual_seed(0)
+    mm, softmax = torch.ops.aten.mm.default, torch.ops.aten._softmax.default
+    b = DialectBuilder()
+    x, y = b.input("x"), b.input("y")
+    wa = [b.input(f"a{i}") for i in range(depth)]
+    wb = [b.input(f"b{i}") for i in range(depth)]
+    token = None
+    with b.stream(1 if streams == 2 else 0):
+        v = y
+        for w in wb:
+            v = b.call(softmax, b.call(mm, v, w), -1, False)
+        if streams == 2:
+            token = b.record()
+    u = x
+    for w in wa:
+        u = b.call(softmax, b.call(mm, u, w), -1, False)
+    if token is not None:
+        b.wait(token)
+    inputs = (torch.randn(rows, width, generator=gen), torch.randn(rows, width, generator=gen),
+              *(torch.randn(width, width, generator=gen) for _ in range(2 * depth)))
+    return b.finish(u, v), inputs
+
+
+@dataclass
+class Row:
+    model: str
+    ops: int
+    one_ms: float
+    python_x: float
+    traced_x: float
+    plan_one_ms: float | None = None
+    plan_python_x: float | None = None
+    plan_traced_x: float | None = None
+    note: str = ""
+
+
+def _clone(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _three_ways(one: Callable[..., Any], multi: torch.fx.GraphModule, args: tuple[Any, ...],
+                runs: int, warmup: int, settle_s: float) -> tuple[float, float, float]:
+    """(one-stream ms, speed-up with python ops, speed-up with traced segments)."""
+    python = ThreadsRunner(multi, trace_segments=False)
+    traced = ThreadsRunner(multi)
+    try:
+        expected = pytree.tree_leaves(one(*args))
+        for runner in (python, traced):
+            for _ in range(2):  # the second call runs traced segments
+                got = pytree.tree_leaves(runner(*args))
+                torch.testing.assert_close(got, expected)
+        med = time_alternating({"one": lambda: one(*args), "python": lambda: python(*args),
+                                "traced": lambda: traced(*args)}, runs, warmup, None, settle_s)
+    finally:
+        python.close()
+        traced.close()
+    return med["one"] * 1e3, med["one"] / med["python"], med["one"] / med["traced"]
+
+
+def measure_probe(args: argparse.Namespace) -> Row:
+    one, inputs = small_chains(1)
+    two, _ = small_chains(2)
+    ms, py, tr = _three_ways(one, two, inputs, args.runs, args.warmup, args.settle_ms / 1e3)
+    return Row("probe_small_2x32", 128, ms, py, tr, note="hand-written plan, ceiling only")
+
+
+def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
+    model, inputs = factory()
+    with torch.no_grad():
+        graphs = capture(model, inputs)
+        captured = max(graphs, key=lambda c: len(c.gm.graph.nodes))
+        dyn, dyn_args = captured.dynamo, captured.dynamo_args
+        ops = sum(n.op not in ("placeholder", "output") for n in dyn.graph.nodes)
+        settle = args.settle_ms / 1e3
+        one = copies_on_streams(dyn, 1)
+        two = copies_on_streams(dyn, 2)
+        both = (*dyn_args, *_clone(dyn_args))
+        ms, py, tr = _three_ways(one, two, both, args.runs, args.warmup, settle)
+        row = Row(name, ops, ms, py, tr)
+        costs = load_cost_model(args.cost_table)
+        plan = plan_graph(captured.gm, PlanOptions(max_streams=2, cost_table=args.cost_table),
+                          costs)
+        if plan.schedule.streams_used < 2:
+            row.note = "planner kept one stream"
+            return row
+        try:
+            lifted = lift_plan(dyn, plan, costs.runtime_op_us, costs.runtime_call_us)
+        except Exception as exc:  # noqa: BLE001 - reported, not fatal
+            row.note = f"not lifted: {exc}"
+            return row
+        row.plan_one_ms, row.plan_python_x, row.plan_traced_x = _three_ways(
+            dyn.forward, lifted.gm, dyn_args, args.runs, args.warmup, settle)
+        row.note = f"plan predicted {lifted.predicted_speedup:.2f}x"
+    return row
+
+
+def _x(v: float | None) -> str:
+    return f"{v:7.2f}" if v is not None else f"{'-':>7}"
+
+
+def print_table(rows: list[Row]) -> None:
+    head = (f"{'model':<20} {'ops':>4} | {'2 copies':>9} {'python':>7} {'traced':>7} | "
+            f"{'plan 1 str':>10} {'python':>7} {'traced':>7} | note")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        one = f"{r.plan_one_ms:10.3f}" if r.plan_one_ms is not None else f"{'-':>10}"
+        print(f"{r.model:<20} {r.ops:>4} | {r.one_ms:9.3f} {r.python_x:7.2f} {r.traced_x:7.2f} | "
+              f"{one} {_x(r.plan_python_x)} {_x(r.plan_traced_x)} | {r.note}")
+    print("2 copies: ms of two copies of the graph on one stream; python / traced: speed-up of "
+          "the same copies on two streams (the ceiling of any 2-stream plan), ops called from "
+          "Python / runs of ops traced. plan 1 str: ms of Dynamo's graph on one stream; python / "
+          "traced: speed-up of the lifted plan, the same two ways. Direct calls, no Dynamo.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", help="comma-separated names (default: all)")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--cost-table", help="cost table name or JSON path (default: planner's)")
+    parser.add_argument("--settle-ms", type=float, default=SETTLE_S * 1e3,
+                        help="untimed calls of a variant before each timed one (default %(default)g)")
+    args = parser.parse_args(argv)
+    table = models()
+    names = args.models.split(",") if args.models else list(table)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {sorted(table)}")
+    warnings.filterwarnings("ignore", category=UserWarning)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
+          f"cost_table={args.cost_table or 'default'}", flush=True)
+    rows = [measure_probe(args)]
+    for name in names:
+        rows.append(measure_model(name, table[name], args))
+        print(f"  {name}: done", flush=True)
+    print()
+    print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
