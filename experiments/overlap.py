@@ -57,21 +57,21 @@ def copies_on_streams(gm: torch.fx.GraphModule, streams: int) -> torch.fx.GraphM
     b = DialectBuilder()
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     inputs = [{p: b.input(f"{p.name}_{c}") for p in places} for c in (0, 1)]
-    outs: list[Any] = []
+    outs: dict[int, list[Any]] = {}
     token = None
     for copy in (1, 0):  # the side copy first: its worker starts while the main copy runs
         env = dict(inputs[copy])
         with b.stream(copy if streams == 2 else 0):
             for n in gm.graph.nodes:
                 if n.op == "output":
-                    outs += pytree.tree_leaves(torch.fx.node.map_arg(n.args[0], env.get))
+                    outs[copy] = pytree.tree_leaves(torch.fx.node.map_arg(n.args[0], env.get))
                 elif n.op != "placeholder":
                     env[n] = b.graph.node_copy(n, lambda a, env=env: env[a])
             if copy == 1 and streams == 2:
                 token = b.record()
     if token is not None:
         b.wait(token)
-    b.graph.output(tuple(o for o in outs if isinstance(o, torch.fx.Node)))
+    b.graph.output(tuple(o for o in outs[0] + outs[1] if isinstance(o, torch.fx.Node)))
     return torch.fx.GraphModule(gm, b.graph)
 
 

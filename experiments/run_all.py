@@ -58,6 +58,10 @@ EXPERIMENTS = (
     Experiment("speedup.py", "Measured speed-up",
                "Single stream versus autostream, measured, next to the predicted speed-up.",
                ("--runs", "20", "--warmup", "3")),
+    Experiment("overlap.py", "Overlap ceiling and traced segments",
+               "What two CPU streams can gain at most per model (two copies of its graph), and "
+               "plans run with ops called from Python against traced segments.",
+               ("--runs", "5", "--warmup", "1")),
 )
 
 

@@ -1,0 +1,61 @@
+"""The graphs ``experiments/overlap.py`` measures compute what they claim."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+from autostream.capture import capture
+from autostream.runtime import ThreadsRunner, parse_program
+from autostream.zoo import ZOO
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+@pytest.fixture(scope="module")
+def overlap():
+    sys.path.insert(0, str(EXPERIMENTS))
+    try:
+        spec = importlib.util.spec_from_file_location("overlap_experiment",
+                                                      EXPERIMENTS / "overlap.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop("overlap_experiment", None)
+        sys.path.remove(str(EXPERIMENTS))
+
+
+@pytest.mark.parametrize("name", ["moe", "inception"])
+def test_two_copies_on_two_streams_compute_the_graph_twice(overlap, name):
+    model, inputs = ZOO[name]()
+    with torch.no_grad():
+        [c] = capture(model, inputs)
+        other = tuple(a.clone() + 1 if isinstance(a, torch.Tensor) and a.is_floating_point()
+                      and a is c.dynamo_args[0] else a for a in c.dynamo_args)
+        expected = [*pytree.tree_leaves(c.dynamo(*c.dynamo_args)),
+                    *pytree.tree_leaves(c.dynamo(*other))]
+        one = overlap.copies_on_streams(c.dynamo, 1)
+        two = overlap.copies_on_streams(c.dynamo, 2)
+        assert parse_program(one).side_streams == ()
+        assert parse_program(two).side_streams == (1,)
+        args = (*c.dynamo_args, *other)
+        with ThreadsRunner(two) as runner:
+            for _ in range(2):
+                torch.testing.assert_close(pytree.tree_leaves(runner(*args)), expected)
+        torch.testing.assert_close(pytree.tree_leaves(one(*args)), expected)
+
+
+def test_small_chains_plan_equals_its_one_stream_graph(overlap):
+    one, inputs = overlap.small_chains(1, depth=4)
+    two, _ = overlap.small_chains(2, depth=4)
+    assert parse_program(two).side_streams == (1,)
+    with ThreadsRunner(two) as runner:
+        runner(*inputs)
+        torch.testing.assert_close(runner(*inputs), one(*inputs), rtol=0, atol=0)
