@@ -42,9 +42,20 @@ MIN_SEGMENT_OPS = 2
 _TRACE_LOCK = threading.Lock()
 
 
-def _signature(args: Sequence[torch.Tensor]) -> tuple:
-    grad = torch.is_grad_enabled()
-    return tuple((a.shape, a.stride(), a.dtype, a.device, grad and a.requires_grad) for a in args)
+def _signature(args: Sequence[Any]) -> list[tuple[Any, Any]] | None:
+    """Shape and dtype of each input (``None`` if one is not a tensor).
+
+    Strides and devices are left out: a trace records ops, which take any strides, and
+    the CPU runtime only sees CPU tensors.
+    """
+    try:
+        return [(a.shape, a.dtype) for a in args]
+    except AttributeError:
+        return None
+
+
+def _records_autograd(args: Sequence[torch.Tensor]) -> bool:
+    return torch.is_grad_enabled() and any(a.requires_grad for a in args)
 
 
 @dataclass
@@ -64,9 +75,9 @@ class Segment:
     release: tuple[torch.fx.Node, ...]
     status: str = "pending"
     compiled: Any = field(default=None, repr=False)
-    #: shape, stride, dtype, device of each input when traced (none recording autograd
-    #: history): calls with other inputs run op by op
-    signature: tuple = field(default=(), repr=False)
+    #: shape and dtype of each input when traced: calls with other inputs, or inputs
+    #: recording autograd history, run op by op
+    signature: list | None = field(default=None, repr=False)
 
     @property
     def names(self) -> list[str]:
@@ -156,19 +167,26 @@ class SegmentRunner:
                 return
 
     def run(self, seg: Segment, env: Env) -> None:
-        args = [load(env, n, seg.steps[0].node) for n in seg.inputs]
-        if seg.compiled is not None and _signature(args) != seg.signature:
-            self._run_ops(seg, env)  # traced for other shapes: a trace may have fixed them
-        elif seg.compiled is not None:
-            try:
-                values = seg.compiled(*args)
-            except Exception as exc:  # noqa: BLE001 - the ops themselves decide
-                # op by op from now on: an op that fails raises its own error
-                seg.compiled, seg.status = None, f"the traced function raised {type(exc).__name__}"
-                self._run_ops(seg, env)
+        # Little Python between two segments: while this thread runs it, the other
+        # stream's thread, back from its own segment, waits for the GIL.
+        try:
+            args = [env[n] for n in seg.inputs]
+        except KeyError:
+            args = [load(env, n, seg.steps[0].node) for n in seg.inputs]  # names the op
+        compiled = seg.compiled
+        if compiled is not None:
+            if _signature(args) != seg.signature or _records_autograd(args):
+                self._run_ops(seg, env)  # traced for other inputs: a trace may have fixed them
             else:
-                for node, value in zip(seg.outputs, values, strict=True):
-                    env[node] = value
+                try:
+                    values = compiled(*args)
+                except Exception as exc:  # noqa: BLE001 - the ops themselves decide
+                    # op by op from now on: an op that fails raises its own error
+                    seg.compiled = None
+                    seg.status = f"the traced function raised {type(exc).__name__}"
+                    self._run_ops(seg, env)
+                else:
+                    env.update(zip(seg.outputs, values, strict=True))
         elif seg.status == "pending":
             self._first_call(seg, args, env)
         else:
@@ -193,7 +211,7 @@ class SegmentRunner:
             return "an input is not a tensor"
         if not reference or not all(isinstance(r, torch.Tensor) for r in reference):
             return "an output is not a tensor (or nothing is read after the segment)"
-        if torch.is_grad_enabled() and any(a.requires_grad for a in args):
+        if _records_autograd(args):
             return "an input requires grad"
         module = _module(self.gm, seg)
         try:

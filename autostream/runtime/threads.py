@@ -127,7 +127,7 @@ class _Call:
     def __init__(self, runner: ThreadsRunner, env: dict, call_index: int, budget: int):
         program = runner.program
         self.runner, self.program, self.env = runner, program, env
-        self.events = {s.node.name: threading.Event() for s in program.steps if s.kind == "record"}
+        self.events = {token: threading.Event() for token in runner.waited}
         self.abort = threading.Event()
         self.spans: dict[str, tuple[int, float, float]] | None = {} if runner.record_spans else None
         per_stream = runner.intra_op_threads or max(1, budget // max(1, len(program.streams)))
@@ -195,10 +195,13 @@ class _Call:
                     for v in step.release:
                         env.pop(v, None)
                 elif step.kind == "record":
-                    env[step.node] = torch.empty(0)
+                    # no op reads a token's value: nothing to allocate (an ATen call here
+                    # would hand the GIL to the other stream once more)
                     if san:
                         san.on_record(stream, step.node.name)
-                    self.events[step.node.name].set()
+                    event = self.events.get(step.node.name)
+                    if event is not None:  # a record no stream waits for needs no event
+                        event.set()
                 else:
                     self._wait(stream, step)
         except BaseException:
@@ -240,6 +243,7 @@ class ThreadsRunner:
         self.record_spans = record_spans
         self.last_spans: dict[str, tuple[int, float, float]] = {}
         self.token_origin, self.next_op = self._describe_syncs()
+        self.waited = frozenset(t for s in self.program.steps if s.kind == "wait" for t in s.tokens)
         #: what each stream runs: steps, and ``Segment``s traced on the first call
         #: (off under the sanitizer and with ``record_spans``, which need every op)
         self.segments = SegmentRunner(gm)
