@@ -88,7 +88,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         """The plan on Dynamo's graph, or ``None`` (then the ATen graph runs)."""
         try:
             costs = load_cost_model(stream_pass.cost_table)
-            lifted = lift_plan(gm, plan, costs.runtime_op_us, costs.runtime_call_us)
+            lifted = lift_plan(gm, plan, costs.runtime_op_us, costs.runtime_call_us,
+                               costs.runtime_segment_us)
         except Exception as exc:  # lifting must never break compilation
             why = exc if isinstance(exc, LiftError) else LiftError(
                 f"lifting failed ({type(exc).__name__}: {exc})")

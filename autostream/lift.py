@@ -168,13 +168,14 @@ def _aten_groups(plan: Plan, dynamo: torch.fx.GraphModule) -> dict[str, list[str
 
 
 def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0.0,
-              runtime_call_us: float = 0.0) -> LiftedPlan:
+              runtime_call_us: float = 0.0, runtime_segment_us: float = 0.0) -> LiftedPlan:
     """Carry ``plan`` (made on the ATen graph AOTAutograd traced from ``dynamo``) to ``dynamo``.
 
     Returns a rewritten copy of ``dynamo`` (``dynamo`` itself is not changed), or
     raises :class:`LiftError`.  Costs of a Dynamo node are the sums of its ATen ops'
-    (single-stream and split); ``runtime_op_us`` and ``runtime_call_us`` are the
-    runtime's host costs per node and per call.
+    (single-stream and split); ``runtime_op_us``, ``runtime_call_us`` and
+    ``runtime_segment_us`` are the runtime's host costs per node, per call and per
+    segment (``autostream.simulate.segment_leaders``).
 
     >>> from autostream.capture import capture
     >>> from autostream.planning import PlanOptions, plan_graph
@@ -215,7 +216,8 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
     problem = _lifted_problem(op_graph, groups, plan)
     schedule = Schedule(f"{plan.schedule.solver}+lifted", stream_of, order, {}, {}, 0.0, 0.0)
     syncs = tuple(compute_syncs(op_graph, schedule))
-    timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us)
+    timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us,
+                             segment_overhead_us=runtime_segment_us)
     schedule = Schedule(schedule.solver, stream_of, order, timeline.start, timeline.end,
                         timeline.makespan, plan.schedule.lower_bound)
     predicted_us = timeline.makespan + runtime_call_us

@@ -143,6 +143,7 @@ def plan_graph(
                                   cost_model.sync_latency_us, split=True)
     runtime_op_us = float(getattr(cost_model, "runtime_op_us", 0.0))
     runtime_call_us = float(getattr(cost_model, "runtime_call_us", 0.0))
+    runtime_segment_us = float(getattr(cost_model, "runtime_segment_us", 0.0))
     notes: list[str] = []
     schedule, predicted_us = single, single.makespan
     if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
@@ -151,14 +152,15 @@ def plan_graph(
             solver_options["time_limit"] = options.time_limit
         candidate = get_solver(options.solver)(split_problem, **solver_options)
         candidate_us = predicted_makespan(split_problem, candidate, op_graph, runtime_op_us,
-                                          runtime_call_us)
+                                          runtime_call_us, runtime_segment_us)
         if candidate.streams_used > 1 and candidate_us < single.makespan * (1 - MIN_RELATIVE_GAIN):
             schedule, predicted_us, problem = candidate, candidate_us, split_problem
         else:
-            overhead = (f", runtime overhead of {runtime_call_us:.0f} us per call and "
+            overhead = (f", runtime overhead of {runtime_call_us:.0f} us per call, "
+                        f"{runtime_segment_us:.0f} us per segment and "
                         f"{runtime_op_us:.1f} us per node included"
-                        if (runtime_op_us or runtime_call_us) and candidate.streams_used > 1
-                        else "")
+                        if (runtime_op_us or runtime_call_us or runtime_segment_us)
+                        and candidate.streams_used > 1 else "")
             notes.append(
                 f"{options.solver} plan ({candidate_us:.1f} us on {candidate.streams_used} "
                 f"streams{overhead}) is not faster than one stream ({single.makespan:.1f} us); "
@@ -180,11 +182,12 @@ def plan_graph(
 
 def predicted_makespan(
     problem: SchedulingProblem, schedule: Schedule, deps: OpGraph, runtime_op_us: float,
-    runtime_call_us: float = 0.0,
+    runtime_call_us: float = 0.0, runtime_segment_us: float = 0.0,
 ) -> float:
     """The makespan a multi-stream plan is expected to run in: the schedule replayed with
-    its minimal syncs and the runtime's host cost per node, plus its cost per call (a
-    single-stream plan runs as the compiled graph itself, without either).
+    its minimal syncs and the runtime's host costs per node and per segment (a run of
+    one stream's ops between two of its syncs), plus its cost per call (a
+    single-stream plan runs as the compiled graph itself, without any of them).
 
     >>> import networkx as nx
     >>> from autostream.solvers import solve
@@ -196,15 +199,18 @@ def predicted_makespan(
     (2, 20.0)
     >>> predicted_makespan(p, plan, g, runtime_op_us=1.0, runtime_call_us=50.0)
     71.0
+    >>> predicted_makespan(p, plan, g, 0.0, runtime_call_us=50.0, runtime_segment_us=5.0)
+    80.0
     """
     if schedule.streams_used <= 1:
         return schedule.makespan
-    if runtime_op_us <= 0:
+    if runtime_op_us <= 0 and runtime_segment_us <= 0:
         return schedule.makespan + runtime_call_us
     from autostream.simulate import simulate_plan
 
     syncs = compute_syncs(deps, schedule)
-    timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us)
+    timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us,
+                             segment_overhead_us=runtime_segment_us)
     return timeline.makespan + runtime_call_us
 
 

@@ -14,6 +14,10 @@ and adds what the plan itself fixes:
   a dependence it drops is implied by a chain that already pays one latency.
 - **launch overhead**: the host issues the ops in ``schedule.order``, one every
   ``launch_overhead_us``; an op never starts before it was issued.
+- **segment overhead**: each run of one stream's ops between two of its syncs (a
+  wait before it, a record after it, or the stream's start) starts
+  ``segment_overhead_us`` later than it could (``segment_leaders``): what a runtime
+  pays to enter it, on CPU the GIL taken back from the other streams.
 - **join**: ``output`` is when the main stream may return: its own last op, and every
   side stream's last op plus one sync latency (the join before ``output``).
   ``makespan`` is the last op's end, the quantity ``Schedule.makespan`` predicts.
@@ -207,11 +211,37 @@ def _check_ordered(problem: SchedulingProblem, schedule: Schedule, syncs: list[S
             )
 
 
+def segment_leaders(schedule: Schedule, syncs: Iterable[Sync]) -> set[str]:
+    """The first op of each run of one stream's ops between two of its syncs.
+
+    A run starts at the stream's first op, at an op a cross-stream wait precedes and
+    after an op a cross-stream record follows (a join's record ends its stream).
+
+    >>> zero = dict.fromkeys("abcde", 0.0)
+    >>> s = Schedule("hand", {"a": 0, "b": 0, "c": 1, "d": 0, "e": 0}, tuple("abcde"),
+    ...              zero, zero, 0.0, 0.0)
+    >>> sorted(segment_leaders(s, [Sync("a", "c"), Sync("c", "d"), Sync("c", JOIN)]))
+    ['a', 'b', 'c', 'd']
+    """
+    stream_of = schedule.stream_of
+    cross = [s for s in syncs if s.consumer != JOIN
+             and stream_of[s.producer] != stream_of[s.consumer]]
+    waited = {s.consumer for s in cross}
+    recorded = {s.producer for s in cross}
+    leaders: set[str] = set()
+    for seq in schedule.stream_sequences().values():
+        for i, n in enumerate(seq):
+            if i == 0 or n in waited or seq[i - 1] in recorded:
+                leaders.add(n)
+    return leaders
+
+
 def simulate_plan(
     problem: SchedulingProblem,
     schedule: Schedule,
     syncs: Iterable[Sync] | None = None,
     launch_overhead_us: float = 0.0,
+    segment_overhead_us: float = 0.0,
 ) -> Timeline:
     """Replay ``schedule`` (streams, launch order) with ``syncs`` on the modelled device.
 
@@ -225,9 +255,13 @@ def simulate_plan(
     True
     >>> simulate_plan(p, plan, launch_overhead_us=5.0).makespan
     17.0
+    >>> simulate_plan(p, plan, segment_overhead_us=1.0).makespan  # a | b, and c after the wait
+    7.0
     """
     if launch_overhead_us < 0:
         raise ValueError(f"launch_overhead_us must be >= 0, got {launch_overhead_us}")
+    if segment_overhead_us < 0:
+        raise ValueError(f"segment_overhead_us must be >= 0, got {segment_overhead_us}")
     g = problem.graph
     stream_of = schedule.stream_of
     order = tuple(schedule.order)
@@ -257,15 +291,21 @@ def simulate_plan(
                 cross = stream_of[s.producer] != stream_of[s.consumer]
                 gates[s.consumer].append((s.producer, lat if cross else 0.0))
     release = {n: (i + 1) * launch_overhead_us for i, n in enumerate(order)}
+    all_syncs = sync_list if sync_list is not None else cross_stream_syncs(problem, stream_of, order)
+    if segment_overhead_us > 0 and len(set(stream_of.values())) > 1:
+        previous = {b: a for seq in schedule.stream_sequences().values()
+                    for a, b in zip(seq, seq[1:], strict=False)}
+        for n in segment_leaders(schedule, all_syncs):
+            gates[n] = [(p, d + segment_overhead_us) for p, d in gates[n]]
+            if n in previous:
+                gates[n].append((previous[n], segment_overhead_us))
+            else:
+                release[n] += segment_overhead_us
     start, end = run_events(problem, stream_of, order, gates, release)
     spans = {n: OpSpan(n, stream_of[n], start[n], end[n]) for n in order}
     makespan = max(end.values(), default=0.0)
-    events = _sync_events(
-        spans,
-        sync_list if sync_list is not None else cross_stream_syncs(problem, stream_of, order),
-        lat,
-    )
+    events = _sync_events(spans, all_syncs, lat)
     return Timeline(
         spans, makespan, events, _output_time(spans, events, lat), "simulated",
-        {"launch_overhead_us": launch_overhead_us},
+        {"launch_overhead_us": launch_overhead_us, "segment_overhead_us": segment_overhead_us},
     )

@@ -164,7 +164,8 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
             row.note = "planner kept one stream"
             return row
         try:
-            lifted = lift_plan(dyn, plan, costs.runtime_op_us, costs.runtime_call_us)
+            lifted = lift_plan(dyn, plan, costs.runtime_op_us, costs.runtime_call_us,
+                               costs.runtime_segment_us)
         except Exception as exc:  # noqa: BLE001 - reported, not fatal
             row.note = f"not lifted: {exc}"
             return row

@@ -194,23 +194,38 @@ def test_calibrated_cpu_tables_carry_the_runtime_costs(tmp_path):
                  tracing_mode="fake")(torch.ones(8, 8), torch.ones(8, 8))
     table = calibrate_graphs([gm], "cpu", warmup=0, repeat=3, progress=False)
     p = table.profile
-    assert p.runtime_op_us >= 0 and p.runtime_call_us >= 0 and p.record_wait_us > 0
-    assert p.runtime_op_us + p.runtime_call_us > 0  # threads and events are never free
+    costs = (p.runtime_op_us, p.runtime_call_us, p.runtime_segment_us)
+    assert min(costs) >= 0 and p.record_wait_us > 0
+    assert sum(costs) > 0  # threads and events are never free
     out = tmp_path / "t.json"
     table.save(out)
     again = CostTable.load(out).profile
-    assert (again.runtime_op_us, again.runtime_call_us) == (p.runtime_op_us, p.runtime_call_us)
+    assert (again.runtime_op_us, again.runtime_call_us, again.runtime_segment_us) == costs
 
 
 @pytest.mark.parametrize("nodes, extra, expected", [
-    ([10, 40, 160], [150.0, 240.0, 600.0], (3.0, 120.0)),
-    ([10, 40], [300.0, 200.0], (0.0, 250.0)),  # a falling fit is noise: no per-node cost
-    ([10, 40], [-5.0, -8.0], (0.0, 0.0)),
+    ([10, 40, 160], [150.0, 240.0, 600.0], (3.0, 120.0, 0.0)),
+    ([10, 40], [300.0, 200.0], (0.0, 250.0, 0.0)),  # a falling fit is noise: no per-node cost
+    ([10, 40], [-5.0, -8.0], (0.0, 0.0, 0.0)),
 ])
 def test_runtime_costs_fit(nodes, extra, expected):
     from autostream.cost.calibrate import fit_runtime_costs
 
     assert fit_runtime_costs(nodes, extra) == pytest.approx(expected)
+
+
+def test_runtime_costs_fit_separates_segments_from_nodes():
+    from autostream.cost.calibrate import RUNTIME_COST_GRAPHS, fit_runtime_costs
+
+    # the calibration's own design: nodes and segments of each striped graph
+    nodes = [2 * d + 1 for d, _ in RUNTIME_COST_GRAPHS]
+    segments = [2 * s + 1 for _, s in RUNTIME_COST_GRAPHS]
+    extra = [50.0 + 0.5 * n + 80.0 * s for n, s in zip(nodes, segments)]
+    assert fit_runtime_costs(nodes, extra, segments) == pytest.approx((0.5, 50.0, 80.0))
+    # a negative slope is dropped, the others refitted without it
+    falling = [300.0 - 0.5 * n + 80.0 * s for n, s in zip(nodes, segments)]
+    per_node, _, per_segment = fit_runtime_costs(nodes, falling, segments)
+    assert per_node == 0.0 and per_segment > 0
 
 
 def test_several_runs_keep_the_median_of_each_number(tmp_path, spec_file, capsys):

@@ -134,7 +134,35 @@ def test_runtime_overhead_per_node_can_make_one_stream_the_better_plan():
     assert free.schedule.streams_used > 1
     slow = plan_graph(c.gm, PlanOptions(max_streams=3, solver="heft"), SlowRuntime())
     assert slow.schedule.streams_used == 1 and not slow.syncs
-    assert "runtime overhead of 0 us per call and 1000.0 us per node included" in slow.notes[0]
+    assert "runtime overhead of 0 us per call, 0 us per segment and 1000.0 us per node " \
+        "included" in slow.notes[0]
+
+
+def test_runtime_overhead_per_segment_prefers_plans_with_fewer_syncs():
+    from autostream.planning import PlanOptions, plan_graph
+    from autostream.simulate import segment_leaders
+    from tests.helpers import UniformCosts
+
+    model, inputs = moe_model()
+    [c] = capture(model, inputs)
+    free = plan_graph(c.gm, PlanOptions(max_streams=3, solver="heft"), UniformCosts())
+    leaders = len(segment_leaders(free.schedule, free.syncs))
+    gain = free.single_stream_us - free.predicted_us
+    assert free.schedule.streams_used > 1 and leaders > free.schedule.streams_used
+
+    class CostlySegments(UniformCosts):
+        def __init__(self, segment_us):
+            super().__init__()
+            self.runtime_segment_us = segment_us
+
+    # each segment costs more than the whole gain spread over them: one stream wins
+    above = plan_graph(c.gm, PlanOptions(max_streams=3, solver="heft"),
+                       CostlySegments(gain / free.schedule.streams_used + 1.0))
+    assert above.schedule.streams_used == 1 and not above.syncs
+    assert "us per segment" in above.notes[0]
+    small = plan_graph(c.gm, PlanOptions(max_streams=3, solver="heft"), CostlySegments(0.01))
+    assert small.schedule.streams_used > 1
+    assert free.predicted_us < small.predicted_us <= free.predicted_us + 0.01 * leaders + 1e-9
 
 
 def test_runtime_overhead_per_call_can_make_one_stream_the_better_plan():

@@ -133,6 +133,33 @@ def test_launch_overhead_delays_ops_in_launch_order() -> None:
     assert huge.makespan == pytest.approx(1000.0 * len(plan.order) + p.duration(last))
 
 
+def test_segment_overhead_delays_each_run_between_syncs() -> None:
+    from autostream.simulate import segment_leaders
+    from autostream.sync import compute_syncs
+
+    p = random_problem(4)
+    plan = solve(p, "heft")
+    syncs = compute_syncs(p.graph, plan)
+    base = simulate_plan(p, plan, syncs)
+    slow = simulate_plan(p, plan, syncs, segment_overhead_us=7.0)
+    assert slow.makespan >= base.makespan
+    leaders = segment_leaders(plan, syncs)
+    sequences = plan.stream_sequences()
+    assert {seq[0] for seq in sequences.values()} <= leaders
+    for seq in sequences.values():
+        for a, b in zip(seq, seq[1:]):
+            if b in leaders:  # a run starts: the stream pays the overhead after its last op
+                assert slow.spans[b].start >= slow.spans[a].end + 7.0 - 1e-9
+            else:
+                assert not any(s.producer == a and s.consumer != JOIN
+                               and plan.stream_of[s.consumer] != plan.stream_of[a] for s in syncs)
+    # a single-stream plan runs as the compiled graph: no overhead at all
+    single = solve(p, "single")
+    assert simulate_plan(p, single, [], segment_overhead_us=7.0).makespan == single.makespan
+    with pytest.raises(ValueError, match="segment_overhead_us"):
+        simulate_plan(p, plan, syncs, segment_overhead_us=-1.0)
+
+
 def test_missing_sync_is_reported() -> None:
     p = fork_join()
     plan = schedule_from_assignment(p, {"a": 0, "b": 0, "c": 1, "d": 2, "e": 0}, "manual")

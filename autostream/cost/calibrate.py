@@ -368,65 +368,100 @@ def measure_profile(device: torch.device, timer: Any, name: str) -> DeviceProfil
         calls.append((clock() - t0) / 1e3)
     launch = statistics.median(calls)
     timer.synchronize()
-    per_node, per_call = runtime_costs(device, timer)
+    per_node, per_call, per_segment = runtime_costs(device, timer)
     return DeviceProfile(
         name=name, kind=device.type, origin="measured", peak_flops=peaks, bandwidth=bandwidth,
         launch_overhead_us=round(launch, 4), record_wait_us=round(timer.record_wait_us(), 4),
         stream_switch_us=round(timer.stream_switch_us(), 4),
         runtime_op_us=round(per_node, 4), runtime_call_us=round(per_call, 4),
+        runtime_segment_us=round(per_segment, 4),
     )
 
 
-def runtime_costs(device: torch.device, timer: Any, depths: Sequence[int] = (2, 8, 32),
-                  repeat: int = 200, rounds: int = ROUNDS) -> tuple[float, float]:
-    """``(per_node_us, per_call_us)`` that autostream's multi-stream runtime adds.
+#: (depth, segments per stream) of the graphs ``runtime_costs`` fits on
+RUNTIME_COST_GRAPHS = ((4, 1), (16, 1), (32, 1), (16, 4), (32, 4), (32, 16))
 
-    Runs two-stream fork/join graphs of tiny ops of several depths on the runtime the
-    backend uses for ``device`` (threads on CPU, streams on accelerators) and each
-    graph's compiled code, in interleaved rounds; the extra time is fitted (least
-    squares) as ``per_call + per_node * nodes``.  Per call: handing work to the side
-    stream, the fork and join syncs (a blocked waiter's wake-up), binding inputs; per
-    node: the interpreter.  The planner charges both to multi-stream plans and
-    neither to the single-stream graph.
+
+def runtime_costs(device: torch.device, timer: Any,
+                  graphs: Sequence[tuple[int, int]] = RUNTIME_COST_GRAPHS,
+                  repeat: int = 200, rounds: int = ROUNDS) -> tuple[float, float, float]:
+    """``(per_node_us, per_call_us, per_segment_us)`` that autostream's multi-stream runtime adds.
+
+    Runs two-stream graphs of tiny ops (``striped_chains``: two chains of ``depth``
+    ops, each cut into ``segments`` runs by records) on the runtime the backend uses
+    for ``device`` (threads on CPU, streams on accelerators) and each graph's
+    compiled code, in interleaved rounds; the extra time is fitted (least squares,
+    non-negative) as ``per_call + per_node * nodes + per_segment * segments``.  Per
+    call: handing work to the side stream, the join (a blocked waiter's wake-up),
+    binding inputs; per node: the interpreter; per segment: entering a run of ops and,
+    on CPU, taking the GIL back from the other stream after it.  The planner charges
+    all three to multi-stream plans and none to the single-stream graph.
     """
-    from autostream.runtime import make_runner
-    from autostream.runtime.builder import fork_join
+    from autostream.runtime import make_runner, parse_program
+    from autostream.runtime.builder import striped_chains
+    from autostream.runtime.segments import count_segments
 
     cases = []
-    for depth in depths:
-        gm, inputs = fork_join(streams=2, size=2, depth=depth)
+    for depth, segments in graphs:
+        gm, inputs = striped_chains(depth=depth, segments=segments)
         inputs = tuple(t.to(device) for t in inputs)
         runner = make_runner(gm, "threads" if device.type == "cpu" else "streams")
-        nodes = sum(1 for n in gm.graph.nodes if n.op == "call_function")
-        cases.append((nodes, gm, inputs, runner, [], []))
+        program = parse_program(gm)
+        nodes = sum(1 for s in program.steps if s.kind == "op")
+        cases.append((nodes, count_segments(program), gm, inputs, runner, [], []))
     rounds = max(1, min(rounds, repeat))
     try:
         with torch.no_grad():
             for _ in range(rounds):
-                for _, gm, inputs, runner, plain, staged in cases:
+                for _, _, gm, inputs, runner, plain, staged in cases:
                     plain += timer.samples(lambda gm=gm, a=inputs: gm(*a), 5, repeat // rounds)
                     staged += timer.samples(lambda r=runner, a=inputs: r(*a), 5, repeat // rounds)
     finally:
         for case in cases:
-            getattr(case[3], "close", lambda: None)()
+            getattr(case[4], "close", lambda: None)()
     return fit_runtime_costs([c[0] for c in cases],
-                             [statistics.median(c[5]) - statistics.median(c[4]) for c in cases])
+                             [statistics.median(c[6]) - statistics.median(c[5]) for c in cases],
+                             [c[1] for c in cases])
 
 
-def fit_runtime_costs(nodes: Sequence[int], extra_us: Sequence[float]) -> tuple[float, float]:
-    """``(per_node, per_call)`` from the extra time of graphs of ``nodes`` nodes: a least
-    squares slope (>= 0), and the median of what it leaves per call (>= 0).
+def fit_runtime_costs(nodes: Sequence[int], extra_us: Sequence[float],
+                      segments: Sequence[int] | None = None) -> tuple[float, float, float]:
+    """``(per_node, per_call, per_segment)`` from the extra time of graphs of ``nodes``
+    nodes and ``segments`` segments: least squares slopes, none negative (a regressor
+    whose slope would be is dropped), and the median of what they leave per call (>= 0).
 
     >>> fit_runtime_costs([10, 40, 160], [150.0, 240.0, 600.0])
-    (3.0, 120.0)
+    (3.0, 120.0, 0.0)
+    >>> fit_runtime_costs([10, 40, 40, 160], [160.0, 250.0, 550.0, 910.0], [1, 1, 4, 4])
+    (3.0, 30.0, 100.0)
     """
+    import itertools
+
     import numpy as np
 
-    x = np.asarray(nodes, dtype=float)
     y = np.asarray(extra_us, dtype=float)
-    per_node = max(0.0, float(np.polyfit(x, y, 1)[0])) if len(set(nodes)) > 1 else 0.0
-    per_call = max(0.0, float(np.median(y - per_node * x)))
-    return round(per_node, 6), round(per_call, 6)
+    columns = {"node": np.asarray(nodes, dtype=float)}
+    if segments is not None:
+        columns["segment"] = np.asarray(segments, dtype=float)
+    best: tuple[float, dict[str, float]] = (float("inf"), {})
+    for k in range(len(columns) + 1):
+        for names in itertools.combinations(columns, k):
+            if any(len(set(columns[n])) < 2 for n in names):
+                continue  # a constant regressor is the intercept's
+            a = np.column_stack([np.ones_like(y), *(columns[n] for n in names)])
+            coef = np.linalg.lstsq(a, y, rcond=None)[0]
+            if any(c < 0 for c in coef[1:]):
+                continue
+            error = float(np.sum((a @ coef - y) ** 2))
+            if error < best[0] - 1e-9:
+                best = (error, dict(zip(names, map(float, coef[1:]), strict=True)))
+    slopes = best[1]
+    per_node, per_segment = slopes.get("node", 0.0), slopes.get("segment", 0.0)
+    rest = y - per_node * columns["node"]
+    if segments is not None:
+        rest = rest - per_segment * columns["segment"]
+    per_call = max(0.0, float(np.median(rest)))
+    return round(per_node, 6), round(per_call, 6), round(per_segment, 6)
 
 
 def device_name(device: torch.device) -> str:

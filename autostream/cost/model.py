@@ -109,6 +109,12 @@ class CostModel:
         """Host cost per call that running a multi-stream plan adds (0: unmeasured)."""
         return self.profile.runtime_call_us
 
+    @property
+    def runtime_segment_us(self) -> float:
+        """Host cost per segment (a stream's ops between two of its syncs) that running a
+        multi-stream plan adds (0: unmeasured)."""
+        return self.profile.runtime_segment_us
+
     def describe(self) -> str:
         """One line: device, kind, whether measured or spec-derived, entry count."""
         d = self.table.device

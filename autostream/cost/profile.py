@@ -27,9 +27,11 @@ class DeviceProfile:
     ``stream_switch_us`` the host cost of switching the current stream,
     ``launch_overhead_us`` the fixed cost of launching one op, ``runtime_op_us``
     what autostream's multi-stream runtime adds per graph node on the host beyond
-    the compiled graph's own call (its interpreter) and ``runtime_call_us`` what it
-    adds once per call (handing work to the side streams, joining them; both 0 when
-    not measured).
+    the compiled graph's own call (its interpreter), ``runtime_call_us`` what it
+    adds once per call (handing work to the side streams, joining them) and
+    ``runtime_segment_us`` what it adds per segment, a run of one stream's ops
+    between two of its syncs (on CPU: calling it, and taking the GIL back from the
+    other streams after it; all three 0 when not measured).
     """
 
     name: str
@@ -42,6 +44,7 @@ class DeviceProfile:
     stream_switch_us: float
     runtime_op_us: float = 0.0
     runtime_call_us: float = 0.0
+    runtime_segment_us: float = 0.0
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -142,3 +142,40 @@ def fork_join(streams: int = 3, size: int = 32, depth: int = 2,
     inputs = (torch.randn(size, size, generator=gen),
               *(torch.randn(size, size, generator=gen) / size ** 0.5 for _ in range(streams + 1)))
     return b.finish(out), inputs
+
+
+def striped_chains(depth: int = 16, segments: int = 4, size: int = 2, seed: int = 0
+                   ) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
+    """Two chains of ``depth`` ``tanh`` ops, one per stream, each cut into ``segments`` runs.
+
+    A record after every ``depth // segments`` ops cuts each chain (no stream waits
+    for them but the last: the main stream joins the side stream and adds the two
+    chains).  The runtimes' cost per segment is calibrated on these graphs.
+
+    >>> gm, inputs = striped_chains(depth=4, segments=2)
+    >>> gm(*inputs)[0].shape
+    torch.Size([2, 2])
+    """
+    if segments < 1 or depth < segments:
+        raise ValueError("striped_chains needs 1 <= segments <= depth")
+    gen = torch.Generator().manual_seed(seed)
+    tanh = torch.ops.aten.tanh.default
+    every = depth // segments
+    b = DialectBuilder()
+    x, y = b.input("x"), b.input("y")
+    chains: list[torch.fx.Node] = []
+    join = None
+    for stream in (1, 0):
+        with b.stream(stream):
+            v = y if stream else x
+            for i in range(1, depth + 1):
+                v = b.call(tanh, v)
+                if i % every == 0 and stream == 1:
+                    join = b.record()
+                elif i % every == 0 and i < depth:
+                    b.record()
+            chains.append(v)
+    b.wait(join)
+    out = b.call(torch.ops.aten.add.Tensor, chains[1], chains[0])
+    return b.finish(out), (torch.randn(size, size, generator=gen),
+                           torch.randn(size, size, generator=gen))

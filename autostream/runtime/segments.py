@@ -137,6 +137,18 @@ def split_segments(program: StreamProgram, stream: int, min_ops: int = MIN_SEGME
     return items
 
 
+def count_segments(program: StreamProgram) -> int:
+    """Runs of consecutive ops over all streams (a single op between syncs counts too).
+
+    >>> from autostream.runtime.builder import striped_chains
+    >>> from autostream.runtime.program import parse_program
+    >>> count_segments(parse_program(striped_chains(depth=8, segments=4)[0]))
+    9
+    """
+    return sum(isinstance(item, Segment) for k in program.streams
+               for item in split_segments(program, k, min_ops=1))
+
+
 def _module(gm: torch.fx.GraphModule, seg: Segment) -> torch.fx.GraphModule:
     graph = torch.fx.Graph()
     remap = {n: graph.placeholder(f"in_{i}") for i, n in enumerate(seg.inputs)}
