@@ -6,7 +6,9 @@ per set and stream count: mean and max gap to the optimum, how many reached it,
 and the median and max planning time per instance.  ``optimal.csv`` leaves some
 instances open (a lower bound and the best known makespan): there the gap is to
 the best known makespan, and "open closed" counts the ones ``cpsat`` proves
-optimal.
+optimal.  "reproducible": cases whose search stopped on CP-SAT's deterministic clock
+(or proved optimality) rather than on the wall-clock cap, so the same run gives the
+same plan.
 
     python experiments/stg_benchmark.py                        # all 1,440 cases (long)
     python experiments/stg_benchmark.py --limit 10             # first 10 graphs of each set
@@ -47,7 +49,8 @@ def run(root: Path, sets: list[str], streams: list[int], solvers: list[str], lim
                     rows.append(dict(set=graph_set, graph=f.name, streams=k, solver=name,
                                      makespan=s.makespan, lower=best.lower, best=best.upper,
                                      known=best.proven, gap=s.makespan / best.upper - 1.0,
-                                     seconds=seconds, proven=bool(s.optimal)))
+                                     seconds=seconds, proven=bool(s.optimal),
+                                     deterministic=bool(s.stats.get("deterministic", True))))
             print(f"  {key} done", file=sys.stderr, flush=True)
     if out_csv:
         with out_csv.open("w", newline="") as fh:
@@ -61,8 +64,8 @@ def summarise(rows: list[dict]) -> str:
     """Per set, stream count and solver.  The gap is to the proven optimum, or to the
     best known makespan where ``optimal.csv`` only has bounds (open instances)."""
     lines = ["| set | streams | solver | cases (open) | mean gap | max gap | reached best | "
-             "proven opt | open closed | median s | max s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "proven opt | open closed | reproducible | median s | max s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     keys = sorted({(r["set"], r["streams"], r["solver"]) for r in rows},
                   key=lambda k: (int(k[0]), k[1], k[2]))
     for graph_set, k, name in keys:
@@ -73,13 +76,15 @@ def summarise(rows: list[dict]) -> str:
         proven = sum(1 for r in sel if r["proven"])
         opened = [r for r in sel if not r["known"]]
         closed = sum(1 for r in opened if r["proven"])
+        reproducible = sum(1 for r in sel if r["deterministic"])
         wrong = [r for r in sel if r["proven"] and not r["lower"] - 1e-9 <= r["makespan"]]
         if wrong:
             raise AssertionError(f"{name} claims optima below the known lower bound: {wrong[:3]}")
         lines.append(
             f"| {graph_set} | {k} | {name} | {len(sel)} ({len(opened)}) | "
             f"{100 * statistics.mean(gaps):.2f}% | {100 * max(gaps):.2f}% | {reached}/{len(sel)} | "
-            f"{proven} | {closed}/{len(opened)} | {statistics.median(secs):.2f} | {max(secs):.2f} |"
+            f"{proven} | {closed}/{len(opened)} | {reproducible}/{len(sel)} | "
+            f"{statistics.median(secs):.2f} | {max(secs):.2f} |"
         )
     return "\n".join(lines)
 

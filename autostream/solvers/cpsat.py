@@ -51,6 +51,12 @@ known makespan on 176 of the 180 STG 100-task/4-stream cases and planned the
 budget, and a deadline that leaves the Python work after the solves, such as
 simulating the candidates, inside ``time_limit``) keeps a loaded machine on time,
 at the price of determinism (``stats["deterministic"]`` says whether it cut in).
+On the 2-core CI machine class that cap often binds first for solves that do not
+end early: the deterministic clock advanced at 0.19-0.25 of the wall with 8 workers,
+and CP-SAT checks its deterministic limit only between interleaved batches (~0.1
+deterministic s each), so a 1 s budget overshot to 0.10 deterministic s and hit the
+cap even on an idle machine; the zoo models' plans, proven optimal within 0.2 s,
+and a 6-branch fork/join with a 5 s budget stopped on the deterministic clock.
 
 Scale: a graph with more than ``window`` ops is first cut at its separators
 (``_segments``: ops every other op precedes or follows, such as a layer's residual
