@@ -4,9 +4,9 @@ Why: each op called from Python takes the GIL back when it returns.  While anoth
 stream also runs ops from Python, the two threads hand the GIL to each other around
 every op, and each hand-over waits for a thread to wake up (40-100 us on the 2-core
 CI VM).  Measured here: two threads each running 50 ``softmax(x @ w)`` on 4x256
-inputs took 0.68x the time of running both in turn (slower); the same ops as two
-traced TorchScript functions, which run their whole graph with the GIL released,
-took 1.54x less.  On the MoE block of the zoo the router's 25 us ops (``softmax``,
+inputs ran at 0.56-0.68x the speed of running both in turn; the same ops as two
+traced TorchScript functions, which run their whole graph with the GIL released, at
+1.24-1.54x.  On the MoE block of the zoo the router's 25 us ops (``softmax``,
 ``topk``) took 160-420 us each beside a side stream's matmuls.
 
 A **segment** is a maximal run of consecutive ops of one stream between two of its
@@ -16,7 +16,9 @@ and compared with the reference, bit for bit: only a segment whose outputs are e
 is used in later calls.  Never traced (they run op by op): segments of fewer than
 ``min_ops`` ops, ops that may write their inputs (running them twice would apply
 the write twice) or keep program order (RNG, side effects), inputs or outputs that
-are not tensors, inputs that require grad, and anything ``torch.jit.trace`` refuses.
+are not tensors, inputs recording autograd history, and anything ``torch.jit.trace``
+refuses.  Later calls whose inputs differ in shape or dtype from the traced call's
+run op by op too (a trace may have fixed what the ops computed from them).
 """
 
 from __future__ import annotations
@@ -165,7 +167,7 @@ def _identical(a: Sequence[Any], b: Sequence[Any]) -> bool:
 
 
 class SegmentRunner:
-    """Runs one stream's segments: op by op on the first call, traced afterwards."""
+    """Runs segments (of any stream): op by op on the first call, traced afterwards."""
 
     def __init__(self, gm: torch.fx.GraphModule):
         self.gm = gm
