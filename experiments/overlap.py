@@ -38,7 +38,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speedup import models, time_alternating  # noqa: E402
+from speedup import selected_models, time_alternating  # noqa: E402
 
 from autostream.capture import capture  # noqa: E402
 from autostream.lift import lift_plan  # noqa: E402
@@ -203,17 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-ms", type=float, default=SETTLE_S * 1e3,
                         help="untimed calls of a variant before each timed one (default %(default)g)")
     args = parser.parse_args(argv)
-    table = models()
-    names = args.models.split(",") if args.models else list(table)
-    unknown = [n for n in names if n not in table]
-    if unknown:
-        parser.error(f"unknown model(s) {unknown}; choose from {sorted(table)}")
+    table = selected_models(parser, args.models)
     warnings.filterwarnings("ignore", category=UserWarning)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
           f"cost_table={args.cost_table or 'default'}", flush=True)
     rows = [measure_probe(args)]
-    for name in names:
-        rows.append(measure_model(name, table[name], args))
+    for name, factory in table.items():
+        rows.append(measure_model(name, factory, args))
         print(f"  {name}: done", flush=True)
     print()
     print_table(rows)

@@ -58,6 +58,16 @@ def models() -> dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor
     return out
 
 
+def selected_models(parser: argparse.ArgumentParser, spec: str | None) -> dict[str, Callable]:
+    """The models named in ``spec`` (comma-separated; all when empty), or a parser error."""
+    table = models()
+    names = spec.split(",") if spec else list(table)
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {sorted(table)}")
+    return {n: table[n] for n in names}
+
+
 @dataclass
 class Row:
     model: str
@@ -267,11 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         args.fallback = "eager" if args.no_inductor else "inductor"
     if args.runs < 20:
         parser.error("--runs must be >= 20 (the issue's protocol)")
-    table = models()
-    names = args.models.split(",") if args.models else list(table)
-    unknown = [n for n in names if n not in table]
-    if unknown:
-        parser.error(f"unknown model(s) {unknown}; choose from {sorted(table)}")
+    table = selected_models(parser, args.models)
     print(f"torch {torch.__version__}, device {args.device}, "
           f"{torch.get_num_threads()} intra-op threads, "
           f"runtime={args.runtime}, max_streams={args.max_streams}, solver={args.solver}, "
@@ -281,8 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_probe:
         rows.append(measure_probe(args))
         print(f"  {rows[-1].model}: {rows[-1].reason}", flush=True)
-    for name in names:
-        row = measure_model(name, table[name], args)
+    for name, factory in table.items():
+        row = measure_model(name, factory, args)
         rows.append(row)
         print(f"  {name}: {row.reason}", flush=True)
     print()
