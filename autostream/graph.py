@@ -99,8 +99,8 @@ def writes_inputs_by_name(node: torch.fx.Node) -> bool:
     in-place operators, ``inplace=True``, ``out=`` and torch's trailing-underscore names.
 
     >>> g = torch.fx.Graph(); x = g.placeholder("x")
-    >>> writes_inputs_by_name(g.call_method("add_", (x, 1))), writes_inputs_by_name(g.call_method("add", (x, 1)))
-    (True, False)
+    >>> [writes_inputs_by_name(g.call_method(m, (x, 1))) for m in ("add_", "add", "__add__")]
+    [True, False, False]
     """
     if node.target in _INPLACE_OPERATORS:
         return True
