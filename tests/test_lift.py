@@ -35,10 +35,13 @@ def test_lifted_plan_computes_what_the_model_computes(name):
         expected = as_tuple(model(*inputs))
         for runtime in ("threads", "sequential"):
             runner = make_runner(lifted.gm, runtime)
-            got = as_tuple(runner(*graph.dynamo_args))
+            # threads: the first call runs op by op and traces the runs of ops, later
+            # calls run the traced functions
+            for _ in range(3 if runtime == "threads" else 1):
+                got = as_tuple(runner(*graph.dynamo_args))
+                for g, e in zip(got, expected, strict=True):
+                    torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
             runner.close()
-            for g, e in zip(got, expected, strict=True):
-                torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
     # Dynamo's own graph is untouched (the backend still runs it as the eager candidate).
     assert not any(air_kind(n) for n in graph.dynamo.graph.nodes)
 
