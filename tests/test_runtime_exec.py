@@ -28,11 +28,11 @@ from tests.helpers import UniformCosts, as_tuple
 CPU_RUNTIMES = ("sequential", "threads", "auto")
 
 
-def _assert_same(got, expected):
+def _assert_same(got, expected, what: str = ""):
     got, expected = as_tuple(got), as_tuple(expected)
-    assert len(got) == len(expected)
+    assert len(got) == len(expected), what
     for g, e in zip(got, expected, strict=True):
-        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5, msg=lambda m: f"{what}: {m}")
 
 
 @pytest.mark.parametrize("streams", [1, 2, 3, 4])
@@ -87,7 +87,7 @@ def test_zoo_outputs_equal_eager(rewritten_zoo, kind):
         for _ in range(2):  # threads: op by op, then the traced runs of ops
             got = runner(*args)
             _assert_same(got[: len(expected)] if isinstance(got, (list, tuple)) else got,
-                         expected), name
+                         expected, name)
 
 
 def test_zoo_sanitized_threads_find_no_race(rewritten_zoo):
