@@ -64,12 +64,20 @@ def test_traced_function_is_what_runs_after_the_first_call(monkeypatch):
     torch.testing.assert_close(as_tuple(out), as_tuple(gm(*inputs)), rtol=0, atol=0)
 
 
-def test_new_shapes_run_op_by_op_and_stay_correct():
+def test_new_shapes_run_op_by_op_and_stay_correct(monkeypatch):
+    import autostream.runtime.segments as segments_module
+
     gm, inputs = two_chains(depth=3, rows=4, width=8, streams=2)
     wider = (torch.randn(5, 8), torch.randn(5, 8), *inputs[2:])
     with ThreadsRunner(gm) as runner:
         runner(*inputs)
+        ran: list[str] = []
+        real = segments_module.run_node
+        monkeypatch.setattr(segments_module, "run_node",
+                            lambda g, n, e: ran.append(n.name) or real(g, n, e))
         out = runner(*wider)
+        traced_ops = {n for s in segments_of(runner) for n in s.names}
+    assert traced_ops and traced_ops <= set(ran)  # every op of every segment, from Python
     torch.testing.assert_close(as_tuple(out), as_tuple(gm(*wider)), rtol=0, atol=0)
 
 
