@@ -58,6 +58,18 @@ def models() -> dict[str, Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor
     return out
 
 
+def add_timing_arguments(parser: argparse.ArgumentParser, warmup: int) -> None:
+    """``--models``, ``--runs``, ``--warmup``, ``--cost-table``, ``--settle-ms``: the options
+    every timing experiment over the zoo takes."""
+    parser.add_argument("--models", help="comma-separated names (default: all)")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=warmup)
+    parser.add_argument("--cost-table", help="cost table name or JSON path (default: planner's)")
+    parser.add_argument("--settle-ms", type=float, default=SETTLE_S * 1e3,
+                        help="untimed calls of a variant before each timed one, in ms "
+                             "(default %(default)g: the backend's own settling time)")
+
+
 def selected_models(parser: argparse.ArgumentParser, spec: str | None) -> dict[str, Callable]:
     """The models named in ``spec`` (comma-separated; all when empty), or a parser error."""
     table = models()
@@ -253,22 +265,16 @@ def print_table(rows: list[Row]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", help="comma-separated names (default: all)")
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=5)
+    add_timing_arguments(parser, warmup=5)
     parser.add_argument("--runtime", default="auto", choices=("auto", "threads", "streams"))
     parser.add_argument("--device", default="cpu", help="cpu, cuda, npu... (default cpu)")
     parser.add_argument("--max-streams", type=int, default=2)
     parser.add_argument("--solver", default=PlanOptions.solver,
                         help="planner (default: the pass default, %(default)s)")
-    parser.add_argument("--cost-table", help="cost table name or JSON path (default: planner's)")
     parser.add_argument("--no-inductor", action="store_true", help="skip torch.compile baseline")
     parser.add_argument("--fallback", choices=("eager", "inductor"), default=None,
                         help="the default backend's single-stream alternatives (default: "
                              "inductor, eager with --no-inductor)")
-    parser.add_argument("--settle-ms", type=float, default=SETTLE_S * 1e3,
-                        help="untimed calls of a variant before each timed one, in ms "
-                             "(default %(default)g: the backend's own settling time)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     parser.add_argument("--no-probe", action="store_true",
                         help="skip the hand-written 2-stream GEMV probe (runtime alone)")

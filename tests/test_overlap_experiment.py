@@ -52,9 +52,12 @@ def test_two_copies_on_two_streams_compute_the_graph_twice(overlap, name):
         torch.testing.assert_close(pytree.tree_leaves(one(*args)), expected)
 
 
-def test_small_chains_plan_equals_its_one_stream_graph(overlap):
-    one, inputs = overlap.small_chains(1, depth=4)
-    two, _ = overlap.small_chains(2, depth=4)
+def test_small_op_chains_plan_equals_its_one_stream_graph():
+    from autostream.runtime.builder import two_chains
+
+    one, inputs = two_chains(depth=4, rows=4, width=16, streams=1, softmax=True)
+    two, _ = two_chains(depth=4, rows=4, width=16, streams=2, softmax=True)
+    assert sum(n.target is torch.ops.aten._softmax.default for n in two.graph.nodes) == 8
     assert parse_program(two).side_streams == (1,)
     with ThreadsRunner(two) as runner:
         runner(*inputs)

@@ -63,8 +63,12 @@ class DialectBuilder:
 
 
 def two_chains(depth: int = 8, rows: int = 16, width: int = 1024, streams: int = 2,
-               seed: int = 0) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
+               seed: int = 0, softmax: bool = False
+               ) -> tuple[torch.fx.GraphModule, tuple[torch.Tensor, ...]]:
     """Two independent chains of ``depth`` matmuls ``(rows x width) @ (width x width)``, summed.
+
+    ``softmax``: each matmul is followed by a softmax over its rows (chains of small
+    ops, where the threads runtime's GIL hand-overs matter most).
 
     Chain ``b`` runs on stream 1 when ``streams == 2`` (joined before the sum),
     everything on stream 0 when ``streams == 1``.  Each chain has its own weights,
@@ -83,15 +87,18 @@ def two_chains(depth: int = 8, rows: int = 16, width: int = 1024, streams: int =
     x, y = b.input("x"), b.input("y")
     wa = [b.input(f"a{i}") for i in range(depth)]
     wb = [b.input(f"b{i}") for i in range(depth)]
-    mm = torch.ops.aten.mm.default
+    def step(v: torch.fx.Node, w: torch.fx.Node) -> torch.fx.Node:
+        v = b.call(torch.ops.aten.mm.default, v, w)
+        return b.call(torch.ops.aten._softmax.default, v, -1, False) if softmax else v
+
     with b.stream(1 if streams == 2 else 0):
         v = y
         for w in wb:
-            v = b.call(mm, v, w)
+            v = step(v, w)
         token = b.record() if streams == 2 else None
     u = x
     for w in wa:
-        u = b.call(mm, u, w)
+        u = step(u, w)
     if token is not None:
         b.wait(token)
     out = b.call(torch.ops.aten.add.Tensor, u, v)
