@@ -99,6 +99,35 @@ def test_ops_of_a_failing_traced_segment_rerun_and_name_the_op_that_fails():
             runner(*bad)
 
 
+def test_every_run_up_to_the_optimised_graph_is_verified(monkeypatch):
+    """TorchScript optimises a traced graph on a later call; that graph must match too."""
+    from autostream.runtime import segments as segments_module
+
+    real_trace = torch.jit.trace
+
+    def trace_whose_optimised_run_is_wrong(module, args, **kwargs):
+        traced = real_trace(module, args, **kwargs)
+        calls = []
+
+        def run(*a):
+            calls.append(1)
+            out = traced(*a)
+            return out if len(calls) < segments_module._runs_to_optimise() else out * 2
+
+        run.forward = run
+        return run
+
+    monkeypatch.setattr(segments_module.torch.jit, "trace", trace_whose_optimised_run_is_wrong)
+    gm, inputs = two_chains(depth=3, rows=4, width=8, streams=2)
+    with ThreadsRunner(gm) as runner:
+        out = runner(*inputs)
+        torch.testing.assert_close(as_tuple(out), as_tuple(gm(*inputs)), rtol=0, atol=0)
+        assert segments_module._runs_to_optimise() >= 2
+        statuses = {s.status for s in segments_of(runner)}
+        assert statuses == {"the traced function's outputs differ from the ops'"}, statuses
+        assert all(s.compiled is None for s in segments_of(runner))
+
+
 def _graph_with(fn_name: str):
     """Main stream: x -> op -> tanh -> mm, side stream: y @ w twice; ``op`` given by name."""
     b = DialectBuilder()
