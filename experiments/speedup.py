@@ -18,6 +18,9 @@ overlap actually gained.
 
 The first row, ``probe_gemv_2x8``, runs a hand-written two-stream plan of two
 chains of 8 matmuls (16x1024 @ 1024x1024) on the threads runtime, planner aside.
+On CPU the row below it, ``threads_gemv_2x8``, runs the same chains on two plain
+Python threads with one intra-op thread each (no autostream at all): what this
+machine gives two such branches in this run, the ceiling of any plan of them.
 
 Columns: predicted = the plan's single-stream / multi-stream makespan (1.00 when the
 planner kept one stream); measured = baseline / autostream; error = measured /
@@ -28,8 +31,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -207,7 +212,7 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
     )
 
 
-def measure_probe(args: argparse.Namespace, depth: int = 8) -> Row:
+def measure_probe(args: argparse.Namespace, depth: int = 8) -> list[Row]:
     """The runtime alone, planner aside: a hand-written 2-stream plan of two GEMV chains.
 
     Baseline: the same ops on one stream (the GraphModule's own code, and the
@@ -220,22 +225,75 @@ def measure_probe(args: argparse.Namespace, depth: int = 8) -> Row:
     seq = make_runner(gm1, "sequential")
     threads = make_runner(gm2, args.runtime)
     torch.testing.assert_close(threads(*inputs)[0], gm1(*inputs)[0])
-    medians = time_alternating({"eager": lambda: gm1(*inputs), "as_seq": lambda: seq(*inputs),
-                                "autostream": lambda: threads(*inputs)}, args.runs, args.warmup,
-                               device, args.settle_ms / 1e3)
+    variants = {"eager": lambda: gm1(*inputs), "as_seq": lambda: seq(*inputs),
+                "autostream": lambda: threads(*inputs)}
+    plain = _PlainThreads(inputs, depth) if device.type == "cpu" else None
+    if plain is not None:
+        torch.testing.assert_close(plain(), gm1(*inputs)[0])
+        variants["plain"] = plain
+    medians = time_alternating(variants, args.runs, args.warmup, device, args.settle_ms / 1e3)
     threads.close()
-    measured = medians["eager"] / medians["autostream"]
-    return Row(model=f"probe_gemv_2x{depth}", streams=2, eager_ms=medians["eager"] * 1e3,
-               inductor_ms=None, as_seq_ms=medians["as_seq"] * 1e3,
-               plan_ms=medians["autostream"] * 1e3,
-               autostream_ms=medians["autostream"] * 1e3, baseline="eager",
-               predicted=float("nan"), plan_measured=measured, measured=measured,
-               error=float("nan"),
-               reason="hand-written 2-stream plan (no planner, no prediction)")
+    rows = [Row(model=f"probe_gemv_2x{depth}", streams=2, eager_ms=medians["eager"] * 1e3,
+                inductor_ms=None, as_seq_ms=medians["as_seq"] * 1e3,
+                plan_ms=medians["autostream"] * 1e3,
+                autostream_ms=medians["autostream"] * 1e3, baseline="eager",
+                predicted=float("nan"), plan_measured=medians["eager"] / medians["autostream"],
+                measured=medians["eager"] / medians["autostream"], error=float("nan"),
+                reason="hand-written 2-stream plan on autostream's runtime (no planner, "
+                       "no prediction)")]
+    if plain is not None:
+        plain.close()
+        rows.append(Row(model=f"threads_gemv_2x{depth}", streams=2,
+                        eager_ms=medians["eager"] * 1e3, inductor_ms=None,
+                        as_seq_ms=float("nan"), plan_ms=medians["plain"] * 1e3,
+                        autostream_ms=float("nan"), baseline="eager", predicted=float("nan"),
+                        plan_measured=medians["eager"] / medians["plain"],
+                        measured=float("nan"), error=float("nan"),
+                        reason="the same chains on two plain Python threads, no autostream "
+                               "(this run's ceiling for two such branches)"))
+    return rows
+
+
+class _PlainThreads:
+    """``y`` chain on a plain worker thread, ``x`` chain on the caller, one intra-op thread each."""
+
+    def __init__(self, inputs: tuple[torch.Tensor, ...], depth: int):
+        self.x, self.y = inputs[0], inputs[1]
+        self.a, self.b = inputs[2:2 + depth], inputs[2 + depth:]
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.done: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._worker, daemon=True).start()
+
+    @staticmethod
+    def _chain(v: torch.Tensor, weights) -> torch.Tensor:
+        for w in weights:
+            v = torch.mm(v, w)
+        return v
+
+    def _worker(self) -> None:
+        torch.set_num_threads(1)
+        while (job := self.jobs.get()) is not None:
+            self.done.put(self._chain(self.y, self.b))
+
+    def __call__(self) -> torch.Tensor:
+        threads = torch.get_num_threads()
+        self.jobs.put(True)
+        torch.set_num_threads(1)
+        u = self._chain(self.x, self.a)
+        v = self.done.get()
+        torch.set_num_threads(threads)
+        return u + v
+
+    def close(self) -> None:
+        self.jobs.put(None)
 
 
 def _tuple(x):
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def _num(value: float, width: int, digits: int) -> str:
+    return f"{value:{width}.{digits}f}" if value == value else f"{'-':>{width}}"
 
 
 def print_table(rows: list[Row]) -> None:
@@ -251,9 +309,9 @@ def print_table(rows: list[Row]) -> None:
         err = f"{r.error:+7.1%}" if r.error == r.error else f"{'n/a':>7}"
         err += " " + (f"{r.error_vs_eager:+7.1%}" if r.error_vs_eager == r.error_vs_eager
                       else f"{'n/a':>7}")
-        print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {dyn} {ind} {r.as_seq_ms:8.3f} "
-              f"{r.plan_ms:8.3f} {r.autostream_ms:9.3f} {r.baseline:>8} {pred} "
-              f"{r.plan_measured:7.2f} {err} {r.kept:>8} {r.measured:10.2f}")
+        print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {dyn} {ind} {_num(r.as_seq_ms, 8, 3)} "
+              f"{r.plan_ms:8.3f} {_num(r.autostream_ms, 9, 3)} {r.baseline:>8} {pred} "
+              f"{r.plan_measured:7.2f} {err} {r.kept:>8} {_num(r.measured, 10, 2)}")
     print("times: median ms per call. dynamo: torch.compile with Dynamo's identity backend, the "
           "per-call floor of any backend (not a baseline). "
           "plan: the multi-stream plan on the runtime; autostrm: the "
@@ -291,8 +349,9 @@ def main(argv: list[str] | None = None) -> int:
           f"cost_table={args.cost_table or 'default'}", flush=True)
     rows = []
     if not args.no_probe:
-        rows.append(measure_probe(args))
-        print(f"  {rows[-1].model}: {rows[-1].reason}", flush=True)
+        for row in measure_probe(args):
+            rows.append(row)
+            print(f"  {row.model}: {row.reason}", flush=True)
     for name, factory in table.items():
         row = measure_model(name, factory, args)
         rows.append(row)
