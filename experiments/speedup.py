@@ -22,9 +22,11 @@ On CPU the row below it, ``threads_gemv_2x8``, runs the same chains on two plain
 Python threads with one intra-op thread each (no autostream at all): what this
 machine gives two such branches in this run, the ceiling of any plan of them.
 
-Columns: predicted = the plan's single-stream / multi-stream makespan (1.00 when the
-planner kept one stream); measured = baseline / autostream; error = measured /
-predicted - 1.
+Columns: predicted = the cost model's single-stream time of the graph over the
+plan's predicted time plus ``torch.compile``'s own per-call cost (the cost table's
+``compile_call_us``: the plan runs inside ``torch.compile``, eager does not), the
+planner's figure for a graph it kept on one stream; measured = baseline /
+autostream; error = measured / predicted - 1.
 """
 
 from __future__ import annotations
@@ -48,7 +50,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import autostream  # noqa: E402
 from autostream.lift import LiftedPlan  # noqa: E402
-from autostream.planning import PlanOptions  # noqa: E402
+from autostream.planning import (  # noqa: E402
+    PlanOptions,
+    load_cost_model,
+    predicted_speedup_over_eager,
+)
 from autostream.runtime import make_runner  # noqa: E402
 from autostream.runtime.builder import two_chains  # noqa: E402
 from autostream.runtime.choice import SETTLE_S  # noqa: E402
@@ -188,7 +194,16 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
     plan = report.plan if (report is not None and report.applied) else None
     if lifts and isinstance(lifts[-1], LiftedPlan):
         plan = lifts[-1]
-    predicted = plan.predicted_speedup if plan is not None else 1.0
+    # over eager, so torch.compile's own per-call cost counts (see predicted_speedup_over_eager)
+    compile_call_us = load_cost_model(args.cost_table).compile_call_us
+    if plan is not None:
+        predicted = predicted_speedup_over_eager(plan.single_stream_us, plan.predicted_us,
+                                                 compile_call_us)
+    elif report is not None and report.plan is not None:
+        single_us = report.plan.single_stream_us
+        predicted = predicted_speedup_over_eager(single_us, single_us, compile_call_us)
+    else:
+        predicted = 1.0
     streams = plan.schedule.streams_used if plan is not None else 1
     reason = report.reason if report is not None else "no graph captured"
     if lifts:
@@ -317,6 +332,8 @@ def print_table(rows: list[Row]) -> None:
           "plan: the multi-stream plan on the runtime; autostrm: the "
           "backend with --fallback, which measured plan, eager (and Inductor) on its first calls "
           "and kept the fastest ('kept'). pred / plan x / autostrm x: speed-up over the best single-stream variant; "
+          "pred: over the eager graph, torch.compile's per-call cost (cost table: "
+          "compile_call_us) included; "
           "error: plan x vs pred; err/eag: (eager / plan) vs pred, the error of the cost "
           "model alone (the prediction is over the eager graph, Inductor's fusion aside)")
 

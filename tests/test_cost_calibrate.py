@@ -197,10 +197,24 @@ def test_calibrated_cpu_tables_carry_the_runtime_costs(tmp_path):
     costs = (p.runtime_op_us, p.runtime_call_us, p.runtime_segment_us)
     assert min(costs) >= 0 and p.record_wait_us > 0
     assert sum(costs) > 0  # threads and events are never free
+    assert p.compile_call_us > 0  # Dynamo's wrapper and guards are not free either
     out = tmp_path / "t.json"
     table.save(out)
     again = CostTable.load(out).profile
     assert (again.runtime_op_us, again.runtime_call_us, again.runtime_segment_us) == costs
+    assert again.compile_call_us == p.compile_call_us
+
+
+def test_compile_call_cost_is_recorded_as_zero_when_torch_compile_fails(monkeypatch, caplog):
+    from autostream.cost import calibrate as calibrate_module
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("Dynamo is not supported on this Python")
+
+    monkeypatch.setattr(calibrate_module.torch, "compile", refuse)
+    with caplog.at_level("WARNING", logger="autostream"):
+        assert calibrate_module.compile_call_cost(torch.device("cpu"), repeat=4, rounds=1) == 0.0
+    assert "Dynamo is not supported" in caplog.text and "recorded as 0" in caplog.text
 
 
 @pytest.mark.parametrize("nodes, extra, expected", [

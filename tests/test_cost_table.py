@@ -130,7 +130,8 @@ def test_unknown_table_name_lists_the_known_ones():
         CostModel.load("a100")
 
 
-@pytest.mark.parametrize("field", ["runtime_op_us", "runtime_call_us", "runtime_segment_us"])
+@pytest.mark.parametrize("field", ["runtime_op_us", "runtime_call_us", "runtime_segment_us",
+                                   "compile_call_us"])
 def test_runtime_costs_are_optional_and_must_not_be_negative(tmp_path, field):
     import json
 

@@ -29,6 +29,7 @@ maps to ``0.5``, the conservative end of the shares that predict no slowdown.
 from __future__ import annotations
 
 import datetime
+import logging
 import math
 import os
 import platform
@@ -47,6 +48,8 @@ from autostream.cost.profile import GENERIC_CPU, DeviceProfile
 from autostream.cost.signature import OpSignature, TensorSpec, dtype_short, node_signature
 from autostream.cost.table import CostTable, Entry, Skipped
 from autostream.cost.timing import available_device, make_timer
+
+log = logging.getLogger("autostream")
 
 #: contention measurements per op (the median is kept; was 3): on the CI VM an op's
 #: share still moved by up to 0.37 between two calibrations, which ``--runs`` narrows
@@ -369,13 +372,61 @@ def measure_profile(device: torch.device, timer: Any, name: str) -> DeviceProfil
     launch = statistics.median(calls)
     timer.synchronize()
     per_node, per_call, per_segment = runtime_costs(device, timer)
+    compile_call = compile_call_cost(device)
     return DeviceProfile(
         name=name, kind=device.type, origin="measured", peak_flops=peaks, bandwidth=bandwidth,
         launch_overhead_us=round(launch, 4), record_wait_us=round(timer.record_wait_us(), 4),
         stream_switch_us=round(timer.stream_switch_us(), 4),
         runtime_op_us=round(per_node, 4), runtime_call_us=round(per_call, 4),
-        runtime_segment_us=round(per_segment, 4),
+        runtime_segment_us=round(per_segment, 4), compile_call_us=round(compile_call, 4),
     )
+
+
+def compile_call_cost(device: torch.device, repeat: int = 400, rounds: int = ROUNDS) -> float:
+    """What ``torch.compile`` adds to each call over eager, in us (0.0 if it cannot compile here).
+
+    A module of two small linear layers, compiled with Dynamo's identity backend
+    (the graph it runs is the eager code itself), against the same module called
+    eagerly: median host time of single calls, interleaved in ``rounds``.  What is
+    left is ``torch.compile``'s own per-call work (the compiled module's wrapper,
+    Dynamo's frame evaluation, guards on inputs and parameters) that every backend
+    pays, autostream's included.  It grows with the guards, so a model with many
+    parameters pays somewhat more.
+
+    >>> compile_call_cost(torch.device("cpu"), repeat=20, rounds=2) >= 0.0
+    True
+    """
+    import time
+
+    class Small(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(torch.relu(self.a(x)))
+
+    small = Small().to(device)
+    args = (torch.randn(1, 4, device=device),)
+    clock = time.perf_counter_ns
+    samples: dict[str, list[float]] = {"eager": [], "compiled": []}
+    try:
+        compiled = torch.compile(small, backend="eager")
+        with torch.no_grad():
+            compiled(*args)
+            for _ in range(max(1, rounds)):
+                for name, fn in (("eager", small), ("compiled", compiled)):
+                    for _ in range(50):  # the first calls after compiling are slower
+                        fn(*args)
+                    for _ in range(max(1, repeat // max(1, rounds))):
+                        t0 = clock()
+                        fn(*args)
+                        samples[name].append((clock() - t0) / 1e3)
+    except Exception as exc:  # noqa: BLE001 - e.g. Dynamo unsupported on this Python
+        log.warning("autostream calibrate: torch.compile's per-call cost not measured (%s); "
+                    "it is recorded as 0", _first_line(exc))
+        return 0.0
+    return max(0.0, statistics.median(samples["compiled"]) - statistics.median(samples["eager"]))
 
 
 #: (depth, segments per stream) of the graphs ``runtime_costs`` fits on

@@ -115,6 +115,11 @@ class CostModel:
         multi-stream plan adds (0: unmeasured)."""
         return self.profile.runtime_segment_us
 
+    @property
+    def compile_call_us(self) -> float:
+        """Host cost per call of ``torch.compile`` itself (Dynamo) over eager (0: unmeasured)."""
+        return self.profile.compile_call_us
+
     def describe(self) -> str:
         """One line: device, kind, whether measured or spec-derived, entry count."""
         d = self.table.device

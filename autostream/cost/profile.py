@@ -31,7 +31,11 @@ class DeviceProfile:
     adds once per call (handing work to the side streams, joining them) and
     ``runtime_segment_us`` what it adds per segment, a run of one stream's ops
     between two of its syncs (on CPU: calling it, and taking the GIL back from the
-    other streams after it; all three 0 when not measured).
+    other streams after it; all three 0 when not measured).  ``compile_call_us`` is
+    what ``torch.compile`` itself adds to each call over running the same code
+    eagerly (Dynamo's frame evaluation and guards, measured with its identity
+    backend; 0 when not measured): every variant inside ``torch.compile`` pays it, so
+    the planner never charges it, but a speed-up predicted over plain eager must.
     """
 
     name: str
@@ -45,6 +49,7 @@ class DeviceProfile:
     runtime_op_us: float = 0.0
     runtime_call_us: float = 0.0
     runtime_segment_us: float = 0.0
+    compile_call_us: float = 0.0
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -171,6 +171,7 @@ class CostTable:
             runtime_call_us=v.time(prof.get("runtime_call_us", 0.0), "profile.runtime_call_us"),
             runtime_segment_us=v.time(prof.get("runtime_segment_us", 0.0),
                                       "profile.runtime_segment_us"),
+            compile_call_us=v.time(prof.get("compile_call_us", 0.0), "profile.compile_call_us"),
             notes=str(dev.get("notes", "")),
         )
         entries = []
@@ -339,7 +340,7 @@ def median_table(tables: Sequence[CostTable]) -> CostTable:
     profile = replace(first.profile, peak_flops=peaks, **{
         f: med(getattr(p, f) for p in profiles)
         for f in ("bandwidth", "launch_overhead_us", "record_wait_us", "stream_switch_us",
-                  "runtime_op_us", "runtime_call_us", "runtime_segment_us")})
+                  "runtime_op_us", "runtime_call_us", "runtime_segment_us", "compile_call_us")})
     device = dict(first.device)
     device["settings"] = {**device.get("settings", {}), "runs": len(tables)}
     skipped = {(s.op, s.signature): s for t in tables for s in t.skipped
