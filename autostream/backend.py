@@ -44,8 +44,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     CPU), ``"threads"``, ``"streams"`` or ``"sequential"``; ``sanitize`` turns on the
     threads runtime's race sanitizer.  ``measure`` (default 5): for an applied plan,
     the first calls time the multi-stream plan and Dynamo's eager graph, ``measure``
-    timed calls each, in blocks over two rounds (``runtime.choice.MeasuredChoice``:
-    each block's first call untimed), and every later call uses the faster (0 trusts
+    timed calls each, one per block in alternating order (``runtime.choice.MeasuredChoice``:
+    each block warms up untimed first), and every later call uses the faster (0 trusts
     the plan without measuring).  ``fallback="inductor"`` also
     compiles the graph with Inductor (``torch.compile``'s default compiler; seconds of
     compilation per graph) and measures it too: the backend then keeps the fastest

@@ -43,6 +43,12 @@ def test_rounds_reverse_the_order_so_drift_favours_nobody():
         "a": 4, "b": 4, "c": 4}
 
 
+def test_by_default_each_block_has_one_timed_call():
+    choose = MeasuredChoice({"a": abs, "b": abs}, trials=3, settle_s=0.0)
+    # a b, b a, a b: a slow phase of the machine spans few samples of any candidate
+    assert choose.schedule == [(n, timed) for n in "abbaab" for timed in (False, True)]
+
+
 def test_each_block_warms_up_until_it_has_settled():
     calls = []
     fns = {name: (lambda x, name=name: calls.append(name) or x) for name in "ab"}

@@ -8,6 +8,13 @@ timed calls; ``rounds`` rounds of blocks, the order reversed every other round
 whoever came first; ``trials`` timed calls per candidate in all.  Then it keeps the
 one with the smallest median time for every later call.
 
+By default every block has one timed call (``rounds = trials``): a shared machine
+has slow phases lasting several calls, and with two rounds of blocks one such phase
+could take most of a candidate's samples.  Measured on the CI VM (two chains of 8
+GEMVs, plan 1.29x faster than eager in the timed runs): with two rounds the backend
+kept eager in one of five compilations, whose plan samples were 17.5, 30.0, 14.9,
+11.3 and 11.1 ms, the first three from one block.
+
 Why a settling time and not one warm-up call: after a call that used every intra-op
 thread, the idle OpenMP threads spin for several milliseconds and take a core from
 whatever runs next.  Measured on the 2-core CI machine (two chains of 4 GEMVs on the
@@ -49,7 +56,7 @@ class MeasuredChoice:
     >>> import time
     >>> fast, slow = (lambda x: x + 1), (lambda x: (time.sleep(0.002), x + 1)[1])
     >>> choose = MeasuredChoice({"slow": slow, "fast": fast}, trials=3, settle_s=0.0)
-    >>> [choose(1) for _ in range(10)][-1], choose.choice
+    >>> [choose(1) for _ in range(20)][-1], choose.choice
     (2, 'fast')
     """
 
@@ -59,13 +66,14 @@ class MeasuredChoice:
         trials: int = 5,
         clock: Callable[[], float] = time.perf_counter,
         on_choice: Callable[[str, dict[str, float]], None] | None = None,
-        rounds: int = 2,
+        rounds: int | None = None,
         settle_s: float = SETTLE_S,
     ) -> None:
         if not candidates:
             raise ValueError("MeasuredChoice needs at least one candidate")
         if trials < 1:
             raise ValueError(f"trials must be >= 1, got {trials}")
+        rounds = trials if rounds is None else rounds
         if rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {rounds}")
         if not settle_s >= 0:
