@@ -50,7 +50,13 @@ known makespan on 176 of the 180 STG 100-task/4-stream cases and planned the
 (163 with 4 workers and a batch of 2); a wall-clock cap (``1.5 x`` a solve's
 budget, and a deadline that leaves the Python work after the solves, such as
 simulating the candidates, inside ``time_limit``) keeps a loaded machine on time,
-at the price of determinism (``stats["deterministic"]`` says whether it cut in).
+at the price of determinism (``stats["deterministic"]`` says whether it cut in, in
+any solve whose plan could be kept: every mode of the contention ladder counts, and a
+solve that proved its result was not cut).  Ladder modes solve one after another and
+a mode's wall cap reaches into what earlier modes left unused: on the 2-core CI VM
+one interleaved batch of the 1.5x mode on the zoo's heads block took 1.6 s, its cap
+was 1.67 s, and a cut that came in one compilation out of four changed the plan
+(1 sync or 5) between two compilations in one process.
 ``DET_PER_SECOND`` is set so that the deterministic limit binds first on the 2-core
 CI machine class for budgets of a few seconds; a 1 s budget still overshoots (one
 interleaved batch of ~0.1 deterministic s took longer than its wall cap there).
@@ -187,7 +193,13 @@ def _parameters(
     return solver
 
 
-def _hit_wall(solver: cp_model.CpSolver) -> bool:
+def _hit_wall(solver: cp_model.CpSolver, status: int) -> bool:
+    """Did the wall-clock cap (not the deterministic clock) stop the search?
+
+    A proof (optimal, infeasible) means the search ran to its end, cap or not.
+    """
+    if status in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
+        return False
     return solver.wall_time >= solver.parameters.max_time_in_seconds - 1e-3
 
 
@@ -391,7 +403,7 @@ def solve_window(
     solver = _parameters(budget, seed, workers, wall_left)
     status = solver.solve(m)
     wall, det = solver.wall_time, solver.deterministic_time
-    hit_wall = _hit_wall(solver)
+    hit_wall = _hit_wall(solver, status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return CpResult(solver.status_name(status), {}, {}, 0, 0, wall, det, hit_wall)
     best_mk = solver.value(mk)
@@ -421,7 +433,7 @@ def solve_window(
         status2 = second.solve(m)
         wall += second.wall_time
         det += second.deterministic_time
-        hit_wall = hit_wall or _hit_wall(second)
+        hit_wall = hit_wall or _hit_wall(second, status2)
         if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             stream = _read_streams(second, tasks, x)
             starts = {v: second.value(start[v]) for v in tasks}
@@ -547,7 +559,11 @@ def _plan_tasks(
     for tasks in parts:
         win = Window.make(tg, tasks, placed, streams)
         key = win.key(tg)
-        wall_left = min(time_limit - wall, deadline - time.perf_counter())
+        # The caller's deadline, when given, is this plan's share of the wall clock,
+        # including what earlier ladder modes left unused: a solve stopped by the wall
+        # cap is not reproducible, so every wall second available goes to the caps.
+        wall_left = (deadline - time.perf_counter() if deadline < math.inf
+                     else time_limit - wall)
         if key not in memo and wall_left < 0.05:  # out of time: the greedy plan
             memo[key] = _relative(tasks, *greedy_window(tg, win, streams, rank), win.lo)
             stats["windows_greedy"] = int(stats.get("windows_greedy", 0)) + 1
@@ -681,6 +697,7 @@ def solve(
     elif problem.streams > 1 and n > 1:
         # Python work after the solves (simulating the candidates) stays inside time_limit.
         deadline = t0 + time_limit - min(0.25 * time_limit, 0.2 + 2e-4 * n)
+        reproducible = True
         for k, factor in enumerate(factors):
             now = time.perf_counter()
             tg = build_tasks(problem, collapse=n > window, shares=factor != math.inf,
@@ -699,16 +716,19 @@ def solve(
             name = _mode_name(factor)
             candidates[name] = schedule_from_assignment(problem, stream_of, "cpsat", order=order)
             mode_stats["time_scale"] = tg.scale
+            reproducible = reproducible and bool(mode_stats["deterministic"])
             if factor == 1.0:
                 stats = mode_stats
                 exact = tg.exact and stats["status"] == "OPTIMAL" and "bound_units" in stats
             else:
                 stats[name.removeprefix("cpsat_")] = {
-                    k: mode_stats[k] for k in ("status", "solve_seconds")
+                    k: mode_stats[k] for k in ("status", "solve_seconds", "deterministic")
                 }
             if mode_stats["status"] in ("UNKNOWN", "INFEASIBLE", "MODEL_INVALID"):
                 log.warning("cpsat: CP-SAT found no plan in %.3g s (%s, %s); using its warm start",
                             time_limit, mode_stats["status"], name)
+        # any mode's plan may be the one kept: the plan is reproducible only if all were
+        stats["deterministic"] = reproducible
     edges = transitive_reduction_edges(problem.graph, problem.topo_order)
     preference = ["single", "cpsat_pieces", *map(_mode_name, CONTENTION_LADDER), "heft",
                   *_BASELINES]
