@@ -213,6 +213,20 @@ def test_layered_graphs_are_cut_at_separators_and_each_distinct_piece_solved_onc
     assert s.streams_used == 4
 
 
+def test_a_piece_cut_by_the_wall_clock_makes_the_whole_plan_not_reproducible(monkeypatch):
+    real = cpsat._plan_tasks
+    p = SchedulingProblem(_identical_layers(12), streams=4, sync_latency_us=0.5)
+    assert solve(p, "cpsat", time_limit=2.0, window=8).stats["deterministic"] is True
+
+    def cut(*args, **kwargs):
+        stream, start, stats = real(*args, **kwargs)
+        return stream, start, {**stats, "deterministic": False}
+
+    monkeypatch.setattr(cpsat, "_plan_tasks", cut)
+    s = solve(p, "cpsat", time_limit=2.0, window=8)
+    assert s.stats["pieces"] == 12 and s.stats["deterministic"] is False
+
+
 def test_pieces_partition_the_graph_and_the_bound_holds():
     from autostream.solvers._segments import pieces
 

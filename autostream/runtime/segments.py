@@ -17,11 +17,11 @@ used in later calls.  It is run as many times as TorchScript's profiling executo
 takes to reach its optimised graph (profiled runs, then one that optimises), each
 run compared: the graph that later calls run is the one verified, and the first
 measured calls (``runtime.choice``) do not pay for the optimisation (measured: a
-4-GEMV segment took 12.4 ms, 5.3 ms, then 3.0-3.1 ms per call).  Never traced (they run op by op): segments of fewer than
-``min_ops`` ops, ops that may write their inputs (running them twice would apply
-the write twice) or keep program order (RNG, side effects), inputs or outputs that
-are not tensors, inputs recording autograd history, and anything ``torch.jit.trace``
-refuses.  Later calls whose inputs differ in shape or dtype from the traced call's
+4-GEMV segment took 12.4 ms, 5.3 ms, then 3.0-3.1 ms per call).  Never traced (they
+run op by op): segments of fewer than ``min_ops`` ops, ops that may write their
+inputs (running them twice would apply the write twice) or keep program order (RNG,
+side effects), inputs or outputs that are not tensors, inputs recording autograd
+history, and anything ``torch.jit.trace`` refuses.  Later calls whose inputs differ in shape or dtype from the traced call's
 run op by op too (a trace may have fixed what the ops computed from them).
 """
 

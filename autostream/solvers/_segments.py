@@ -134,5 +134,7 @@ def plan_by_pieces(
         "piece_sources": sorted({str(p.stats.get("source", p.solver)) for p in plans.values()}),
         "pieces_optimal": all(p.optimal for p in plans.values()),
         "pieces_bound": bound,
+        # reproducible only if every piece's plan was (see cpsat's stats["deterministic"])
+        "deterministic": all(bool(p.stats.get("deterministic", True)) for p in plans.values()),
     }
     return stream_of, tuple(order), stats
