@@ -291,7 +291,7 @@ class _PlainThreads:
 
     def _worker(self) -> None:
         torch.set_num_threads(1)
-        while (job := self.jobs.get()) is not None:
+        while self.jobs.get() is not None:
             self.done.put(self._chain(self.y, self.b))
 
     def __call__(self) -> torch.Tensor:
