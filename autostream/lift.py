@@ -82,7 +82,6 @@ class LiftedPlan:
                 f"on one stream ({self.predicted_speedup:.2f}x)")
 
 
-#: Python operators that write their first operand.
 def _is_tensorish(value: object) -> bool:
     if isinstance(value, torch.Tensor):
         return True

@@ -38,7 +38,12 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speedup import add_timing_arguments, selected_models, time_alternating  # noqa: E402
+from speedup import (  # noqa: E402
+    add_timing_arguments,
+    cell,
+    selected_models,
+    time_alternating,
+)
 
 from autostream.capture import capture  # noqa: E402
 from autostream.lift import lift_plan  # noqa: E402
@@ -148,19 +153,15 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
     return row
 
 
-def _x(v: float | None) -> str:
-    return f"{v:7.2f}" if v is not None else f"{'-':>7}"
-
-
 def print_table(rows: list[Row]) -> None:
     head = (f"{'model':<20} {'ops':>4} | {'2 copies':>9} {'python':>7} {'traced':>7} | "
             f"{'plan 1 str':>10} {'python':>7} {'traced':>7} | note")
     print(head)
     print("-" * len(head))
     for r in rows:
-        one = f"{r.plan_one_ms:10.3f}" if r.plan_one_ms is not None else f"{'-':>10}"
         print(f"{r.model:<20} {r.ops:>4} | {r.one_ms:9.3f} {r.python_x:7.2f} {r.traced_x:7.2f} | "
-              f"{one} {_x(r.plan_python_x)} {_x(r.plan_traced_x)} | {r.note}")
+              f"{cell(r.plan_one_ms, 10, 3)} {cell(r.plan_python_x, 7, 2)} "
+              f"{cell(r.plan_traced_x, 7, 2)} | {r.note}")
     print("2 copies: ms of two copies of the graph on one stream; python / traced: speed-up of "
           "the same copies on two streams (the ceiling of any 2-stream plan), ops called from "
           "Python / runs of ops traced. plan 1 str: ms of Dynamo's graph on one stream; python / "

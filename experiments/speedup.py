@@ -311,8 +311,11 @@ def _tuple(x):
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
-def _num(value: float, width: int, digits: int) -> str:
-    return f"{value:{width}.{digits}f}" if value == value else f"{'-':>{width}}"
+def cell(value: float | None, width: int, digits: int) -> str:
+    """``value`` right-aligned in ``width`` columns, ``-`` when missing (None or NaN)."""
+    if value is None or value != value:
+        return f"{'-':>{width}}"
+    return f"{value:{width}.{digits}f}"
 
 
 def print_table(rows: list[Row]) -> None:
@@ -322,15 +325,14 @@ def print_table(rows: list[Row]) -> None:
     print(head)
     print("-" * len(head))
     for r in rows:
-        ind = f"{r.inductor_ms:9.3f}" if r.inductor_ms is not None else f"{'-':>9}"
-        dyn = f"{r.dynamo_ms:8.3f}" if r.dynamo_ms is not None else f"{'-':>8}"
         pred = f"{r.predicted:6.2f}" if r.predicted == r.predicted else f"{'n/a':>6}"
         err = f"{r.error:+7.1%}" if r.error == r.error else f"{'n/a':>7}"
         err += " " + (f"{r.error_vs_eager:+7.1%}" if r.error_vs_eager == r.error_vs_eager
                       else f"{'n/a':>7}")
-        print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {dyn} {ind} {_num(r.as_seq_ms, 8, 3)} "
-              f"{r.plan_ms:8.3f} {_num(r.autostream_ms, 9, 3)} {r.baseline:>8} {pred} "
-              f"{r.plan_measured:7.2f} {err} {r.kept:>8} {_num(r.measured, 10, 2)}")
+        print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {cell(r.dynamo_ms, 8, 3)} "
+              f"{cell(r.inductor_ms, 9, 3)} {cell(r.as_seq_ms, 8, 3)} "
+              f"{r.plan_ms:8.3f} {cell(r.autostream_ms, 9, 3)} {r.baseline:>8} {pred} "
+              f"{r.plan_measured:7.2f} {err} {r.kept:>8} {cell(r.measured, 10, 2)}")
     print("times: median ms per call. dynamo: torch.compile with Dynamo's identity backend, the "
           "per-call floor of any backend (not a baseline). "
           "plan: the multi-stream plan on the runtime; autostrm: the "

@@ -49,32 +49,33 @@ def test_traced_segments_give_the_ops_results_on_every_call(streams):
     torch.testing.assert_close(as_tuple(first), as_tuple(expected), rtol=0, atol=0)
 
 
-def test_traced_function_is_what_runs_after_the_first_call(monkeypatch):
+def _record_ops_run_from_python(monkeypatch) -> list[str]:
+    """Names of the segment ops run op by op from now on (a traced segment runs none)."""
     import autostream.runtime.segments as segments_module
 
+    ran: list[str] = []
+    real = segments_module.run_node
+    monkeypatch.setattr(segments_module, "run_node",
+                        lambda g, n, e: ran.append(n.name) or real(g, n, e))
+    return ran
+
+
+def test_traced_function_is_what_runs_after_the_first_call(monkeypatch):
     gm, inputs = two_chains(depth=3, rows=4, width=8, streams=2)
     with ThreadsRunner(gm) as runner:
         runner(*inputs)
-        ran: list[str] = []
-        real = segments_module.run_node
-        monkeypatch.setattr(segments_module, "run_node",
-                            lambda g, n, e: ran.append(n.name) or real(g, n, e))
+        ran = _record_ops_run_from_python(monkeypatch)
         out = runner(*inputs)
     assert ran == []  # no op of a segment went through Python
     torch.testing.assert_close(as_tuple(out), as_tuple(gm(*inputs)), rtol=0, atol=0)
 
 
 def test_new_shapes_run_op_by_op_and_stay_correct(monkeypatch):
-    import autostream.runtime.segments as segments_module
-
     gm, inputs = two_chains(depth=3, rows=4, width=8, streams=2)
     wider = (torch.randn(5, 8), torch.randn(5, 8), *inputs[2:])
     with ThreadsRunner(gm) as runner:
         runner(*inputs)
-        ran: list[str] = []
-        real = segments_module.run_node
-        monkeypatch.setattr(segments_module, "run_node",
-                            lambda g, n, e: ran.append(n.name) or real(g, n, e))
+        ran = _record_ops_run_from_python(monkeypatch)
         out = runner(*wider)
         traced_ops = {n for s in segments_of(runner) for n in s.names}
     assert traced_ops and traced_ops <= set(ran)  # every op of every segment, from Python
