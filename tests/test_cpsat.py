@@ -82,6 +82,16 @@ def test_a_ladder_mode_stopped_by_the_wall_clock_makes_the_plan_not_reproducible
     assert s.stats["deterministic"] is False
 
 
+def test_no_solve_gets_a_wall_cap_short_enough_to_abort_cp_sat():
+    # OR-Tools 9.15 aborts the process when a tiny wall cap stops a hinted solve
+    assert cpsat._parameters(0.001, 0, 8).parameters.max_time_in_seconds >= cpsat._MIN_WALL_S
+    # too little time for a safe solve: the warm start, and the plan says the clock chose
+    p = _fork_join(4, 0.0, latency=0.5)
+    s = solve(p, "cpsat", time_limit=0.2)
+    assert_valid(p, s)
+    assert s.stats["windows_greedy"] >= 1 and s.stats["deterministic"] is False
+
+
 def test_a_proven_result_was_not_stopped_by_the_wall_clock():
     from types import SimpleNamespace
 

@@ -172,6 +172,15 @@ def _window_bound(tg: TaskGraph, win: Window, streams: int) -> int:
 #: greedy plan.
 DET_PER_SECOND = 0.1
 _WALL_FACTOR = 1.5
+#: No CP-SAT solve starts with less wall-clock time than this, and none gets a smaller
+#: wall cap.  OR-Tools 9.15 aborts the whole process (``Check failed: solution->size()
+#: == postsolve_mapping.size()``, not an exception) when the wall-clock limit stops a
+#: hinted interleaved solve at the wrong moment, early in the search: a stream model
+#: of 126 variables aborted within 1,000 solves with a 0.01 s cap, one of 250 with 0.03
+#: s; stopped by the deterministic clock (wall cap 10 s) or with 0.05-0.1 s caps they
+#: ran 1,000-2,000 solves each without one.  Our own caps fell to 0.01 s when a
+#: plan's time was nearly spent; the full test suite aborted once that way.
+_MIN_WALL_S = 0.25
 
 
 def _parameters(
@@ -189,7 +198,8 @@ def _parameters(
     # 178 with the non-reproducible default.)
     p.interleave_batch_size = workers
     p.max_deterministic_time = max(budget, 0.02) * DET_PER_SECOND
-    p.max_time_in_seconds = max(0.01, min(max(budget, 0.02) * _WALL_FACTOR, wall_left))
+    # callers start no solve with less than _MIN_WALL_S left (see there)
+    p.max_time_in_seconds = min(max(budget * _WALL_FACTOR, _MIN_WALL_S), wall_left)
     return solver
 
 
@@ -422,7 +432,9 @@ def solve_window(
                 name = "FEASIBLE"
     else:
         stream = _read_streams(solver, tasks, x)
-    if sync_budget > 0 and streams > 1:
+    if sync_budget > 0 and streams > 1 and wall_left - solver.wall_time < _MIN_WALL_S:
+        hit_wall = True  # no time left for the second solve: the wall clock decided
+    elif sync_budget > 0 and streams > 1:
         # cheap problems get a cheap second solve
         sync_budget = min(sync_budget, max(0.2, det / DET_PER_SECOND))
         m, start, x, cross, used, mk = _stream_model(
@@ -564,10 +576,11 @@ def _plan_tasks(
         # cap is not reproducible, so every wall second available goes to the caps.
         wall_left = (deadline - time.perf_counter() if deadline < math.inf
                      else time_limit - wall)
-        if key not in memo and wall_left < 0.05:  # out of time: the greedy plan
+        if key not in memo and wall_left < _MIN_WALL_S:  # out of time: the greedy plan
             memo[key] = _relative(tasks, *greedy_window(tg, win, streams, rank), win.lo)
             stats["windows_greedy"] = int(stats.get("windows_greedy", 0)) + 1
             stats["window_reuses"] = int(stats["window_reuses"]) - 1
+            hit_wall = True  # the wall clock chose the greedy plan
         if key in memo:
             rel_stream, rel_start = memo[key]
             stream = {v: rel_stream[i] for i, v in enumerate(tasks)}
