@@ -1,0 +1,116 @@
+"""The thread-local state that changes what an op computes, captured on one thread and carried to another.
+
+Grad mode, inference mode, forward-mode AD and autocast (enabled per device type,
+its dtype, its cast cache) live in thread-local storage: an op run on a worker thread
+would otherwise run in the worker's defaults, and compute float32 where the caller's
+autocast asked for bfloat16, or normal tensors where the caller's inference mode made
+inference tensors.  Deterministic algorithms, anomaly mode, the default dtype and the
+float32 matmul precision are process-wide (every thread sees them) and need no carrying.
+What cannot be carried (an active ``TorchFunctionMode`` or ``TorchDispatchMode``, a
+functorch transform) is named by :meth:`ThreadState.uncarried`; the dispatch-key sets
+are part of the state, so any other thread-local guard shows up as a difference.
+
+>>> import threading
+>>> with torch.no_grad():
+...     state = ThreadState.capture()
+>>> seen = []
+>>> def worker():
+...     with state.carried():
+...         seen.append(ThreadState.capture() == state)
+>>> t = threading.Thread(target=worker); t.start(); t.join()
+>>> seen
+[True]
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
+
+import torch
+
+
+def autocast_device_types() -> tuple[str, ...]:
+    """Device types with an autocast mode in this torch (``privateuseone`` under its name)."""
+    names = ("cpu", "cuda", "xpu", "mps", "hpu", "mtia", "xla", "maia",
+             torch._C._get_privateuse1_backend_name())
+    return tuple(dict.fromkeys(d for d in names if torch._C._is_autocast_available(d)))
+
+
+_AUTOCAST_DEVICES = autocast_device_types()
+
+
+@dataclass(frozen=True)
+class ThreadState:
+    """One thread's state that decides what ops compute (equal states compute the same)."""
+
+    grad: bool
+    inference: bool
+    forward_grad: bool
+    #: ``(device_type, dtype)`` of every device type whose autocast is enabled
+    autocast: tuple[tuple[str, torch.dtype], ...]
+    autocast_cache: bool
+    #: thread-local state no worker is given (modes, functorch transforms)
+    modes: tuple[str, ...]
+    #: the thread-local dispatch-key include and exclude sets
+    dispatch_keys: tuple[str, str]
+
+    @classmethod
+    def capture(cls) -> ThreadState:
+        """The calling thread's state."""
+        autocast = tuple((d, torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES
+                         if torch.is_autocast_enabled(d))
+        return cls(
+            grad=torch.is_grad_enabled(),
+            inference=torch.is_inference_mode_enabled(),
+            forward_grad=torch._C._is_fwd_grad_enabled(),
+            autocast=autocast,
+            autocast_cache=torch.is_autocast_cache_enabled() if autocast else True,
+            modes=_active_modes(),
+            dispatch_keys=(str(torch._C._dispatch_tls_local_include_set()),
+                           str(torch._C._dispatch_tls_local_exclude_set())),
+        )
+
+    def uncarried(self) -> str | None:
+        """Why this state cannot be given to another thread, or ``None``."""
+        if self.modes:
+            return f"it runs under {' and '.join(self.modes)}, which other threads do not see"
+        return None
+
+    @contextlib.contextmanager
+    def carried(self) -> Iterator[None]:
+        """Run the block under this state (on a thread in torch's default state)."""
+        with contextlib.ExitStack() as stack:
+            if self.inference:
+                stack.enter_context(torch.inference_mode())
+            stack.enter_context(torch.set_grad_enabled(self.grad))
+            if self.forward_grad != torch._C._is_fwd_grad_enabled():
+                stack.enter_context(torch.autograd.forward_ad._set_fwd_grad_enabled(
+                    self.forward_grad))
+            for device_type, dtype in self.autocast:
+                stack.enter_context(torch.autocast(device_type, dtype=dtype,
+                                                   cache_enabled=self.autocast_cache))
+            yield
+
+    def differences(self, other: ThreadState) -> list[str]:
+        """``field: mine != theirs`` for each field that differs.
+
+        >>> a = ThreadState.capture()
+        >>> with torch.no_grad():
+        ...     a.differences(ThreadState.capture())
+        ['grad: True != False']
+        """
+        return [f"{f.name}: {getattr(self, f.name)} != {getattr(other, f.name)}"
+                for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
+
+
+def _active_modes() -> tuple[str, ...]:
+    modes = []
+    if torch._C._len_torch_function_stack():
+        modes.append("a TorchFunctionMode")
+    if torch._C._len_torch_dispatch_stack():
+        modes.append("a TorchDispatchMode")
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        modes.append("a functorch transform (vmap, grad, jvp)")
+    return tuple(modes)
