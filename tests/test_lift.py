@@ -69,8 +69,9 @@ def test_each_dynamo_op_runs_where_its_aten_ops_were_planned():
 class InPlace(nn.Module):
     def forward(self, x):
         a, b = torch.tanh(x), torch.sigmoid(x)
+        c = a * 2  # reads a before the write
         a.add_(1.0)
-        return a * b
+        return a * b, c
 
 
 class AutocastInside(nn.Module):
@@ -92,24 +93,36 @@ class RandomOps(nn.Module):
         return self.drop(torch.tanh(x)), self.drop(torch.sigmoid(x))
 
 
-@pytest.mark.parametrize("model,reason", [
-    (InPlace(), "mutat"),
-    (RandomOps().train(), "program order"),
-])
-def test_lifting_is_refused_where_data_flow_is_not_the_dependences(model, reason):
+@pytest.mark.parametrize("model,kind", [(InPlace(), "memory"), (RandomOps().train(), "effect")])
+def test_lifted_plans_keep_writes_and_random_draws_in_program_order(model, kind):
     x = torch.randn(8, 8)
     [graph] = capture(model, (x,))
     plan = plan_graph(graph.gm, PlanOptions(max_streams=2), UniformCosts())
-    with pytest.raises(LiftError, match=reason):
-        lift_plan(graph.dynamo, plan)
+    lifted = lift_plan(graph.dynamo, plan)
+    kinds = {d["kind"] for _, _, d in lifted.op_graph.edges(data=True)}
+    assert kind in kinds
+    position = {n: i for i, n in enumerate(lifted.schedule.order)}
+    for u, v, d in lifted.op_graph.edges(data=True):
+        assert position[u] < position[v], (u, v, d)
+    for runtime in ("threads", "sequential"):
+        runner = make_runner(lifted.gm, runtime)
+        with torch.no_grad():
+            for _ in range(3):
+                torch.manual_seed(0)
+                expected = as_tuple(model(x))
+                torch.manual_seed(0)
+                got = as_tuple(runner(x))
+                for g, e in zip(got, expected, strict=True):
+                    torch.testing.assert_close(g, e, rtol=0, atol=0)
+        runner.close()
 
 
-def test_global_state_calls_refuse_lifting():
+def test_calls_that_change_the_thread_state_refuse_lifting():
     [graph] = capture(AutocastInside(), (torch.randn(8, 8),))
     plan = plan_graph(graph.gm, PlanOptions(max_streams=2), UniformCosts())
     assert not plan.is_single_stream
     assert any("autocast" in str(n.target) for n in graph.dynamo.graph.nodes)
-    with pytest.raises(LiftError, match="global state"):
+    with pytest.raises(LiftError, match="changes the thread's state .*autocast"):
         lift_plan(graph.dynamo, plan)
 
 
@@ -121,7 +134,8 @@ def test_single_stream_plans_are_not_lifted():
         lift_plan(graph.dynamo, plan)
 
 
-@pytest.mark.parametrize("model,lifted", [(MODELS["multihead"]()[0], True), (InPlace(), False)])
+@pytest.mark.parametrize("model,lifted", [(MODELS["multihead"]()[0], True),
+                                          (AutocastInside(), False)])
 def test_backend_runs_the_lifted_graph_or_says_why_not(model, lifted):
     x = MODELS["multihead"]()[1][0] if lifted else torch.randn(8, 8)
     torch._dynamo.reset()

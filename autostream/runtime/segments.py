@@ -37,6 +37,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from autostream.call_effects import EFFECTS_KEY
 from autostream.graph import op_effects, target_name, writes_inputs_by_name
 from autostream.runtime.execute import Env, StreamRuntimeError, load, run_node
 from autostream.runtime.program import Step, StreamProgram
@@ -100,9 +101,10 @@ def _unsafe_to_repeat(node: torch.fx.Node) -> str | None:
     if node.op == "call_module":
         return f"{node.name!r} calls a module"
     effects = op_effects(node)
-    if effects.writes or writes_inputs_by_name(node):
+    seen = node.meta.get(EFFECTS_KEY)  # what the call was seen doing (lifted graphs)
+    if effects.writes or (seen.writes if seen else writes_inputs_by_name(node)):
         return f"{node.name!r} ({target_name(node)}) may write its inputs"
-    if effects.ordered:
+    if effects.ordered or (seen is not None and seen.ordered):
         return f"{node.name!r} ({target_name(node)}) keeps program order (RNG or side effect)"
     return None
 
