@@ -72,6 +72,11 @@ class ThreadState:
                            str(torch._C._dispatch_tls_local_exclude_set())),
         )
 
+    @property
+    def checks_only(self) -> bool:
+        """The only modes are checks that never change what ops compute (nothing to warn of)."""
+        return bool(self.modes) and all(m.split()[-1] in _CHECKING_MODES for m in self.modes)
+
     def uncarried(self) -> str | None:
         """Why this state cannot be given to another thread, or ``None``."""
         if self.modes:
@@ -105,12 +110,16 @@ class ThreadState:
                 for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
 
 
+#: modes that only check the ops they see (AOTAutograd's first call of a training graph)
+_CHECKING_MODES = frozenset({"_AnalyzeCustomOpInputOutputMode"})
+
+
 def _active_modes() -> tuple[str, ...]:
     modes = []
     if torch._C._len_torch_function_stack():
         modes.append("a TorchFunctionMode")
-    if torch._C._len_torch_dispatch_stack():
-        modes.append("a TorchDispatchMode")
+    for i in range(torch._C._len_torch_dispatch_stack()):
+        modes.append(f"TorchDispatchMode {type(torch._C._get_dispatch_stack_at(i)).__name__}")
     if torch._C._functorch.peek_interpreter_stack() is not None:
         modes.append("a functorch transform (vmap, grad, jvp)")
     return tuple(modes)

@@ -1,5 +1,7 @@
 """Plans made on the ATen graph, carried to Dynamo's graph: same outputs, same streams, safe refusals."""
 
+import logging
+
 import pytest
 import torch
 from torch import nn
@@ -153,23 +155,37 @@ def test_backend_runs_the_lifted_graph_or_says_why_not(model, lifted):
     assert isinstance(outcome, LiftedPlan if lifted else LiftError)
 
 
-def test_an_unexpected_failure_while_lifting_leaves_the_aten_plan_running(monkeypatch):
+def _broken_lifting(monkeypatch):
     import sys
-
-    backend_module = sys.modules["autostream.backend"]
 
     def broken(*args, **kwargs):
         raise RuntimeError("provenance went missing")
 
-    monkeypatch.setattr(backend_module, "lift_plan", broken)
+    monkeypatch.setattr(sys.modules["autostream.backend"], "lift_plan", broken)
+
+
+def test_an_unexpected_failure_while_lifting_leaves_the_aten_plan_running(monkeypatch, caplog):
+    monkeypatch.delenv("AUTOSTREAM_STRICT")
+    _broken_lifting(monkeypatch)
     model, inputs = MODELS["multihead"]()
     torch._dynamo.reset()
     be = autostream.backend(max_streams=2, cost_table="h200", measure=0, runtime="threads")
     compiled = torch.compile(model, backend=be)
-    with torch.no_grad():
+    with torch.no_grad(), caplog.at_level(logging.WARNING, "autostream"):
         for g, e in zip(as_tuple(compiled(*inputs)), as_tuple(model(*inputs)), strict=True):
             torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
     assert be.autostream_pass.last_report.applied
     [outcome] = be.lifts
     assert isinstance(outcome, LiftError) and "provenance went missing" in str(outcome)
+    assert "provenance went missing" in caplog.text  # a bug is visible, at WARNING
+
+
+def test_strict_mode_raises_an_unexpected_failure_while_lifting(monkeypatch):
+    _broken_lifting(monkeypatch)
+    model, inputs = MODELS["multihead"]()
+    torch._dynamo.reset()
+    be = autostream.backend(max_streams=2, cost_table="h200", measure=0, runtime="threads")
+    with pytest.raises(Exception, match="provenance went missing"), torch.no_grad():
+        torch.compile(model, backend=be)(*inputs)
+    torch._dynamo.reset()

@@ -315,7 +315,7 @@ class ThreadsRunner:
             state = ThreadState.capture()
             refused = self._refusal(state)
             if refused:
-                return self._on_calling_thread(refused, inputs)
+                return self._on_calling_thread(refused, inputs, quiet=state.checks_only)
             call_index, self._calls = self._calls, self._calls + 1
             env = bind_inputs(self.gm, self.program, inputs)
             caller_threads = torch.get_num_threads()
@@ -360,11 +360,12 @@ class ThreadsRunner:
             self._refusals[state] = why
         return self._refusals[state]
 
-    def _on_calling_thread(self, why: str, inputs: tuple[Any, ...]) -> Any:
+    def _on_calling_thread(self, why: str, inputs: tuple[Any, ...], quiet: bool) -> Any:
         """The whole graph in program order on the calling thread (one stream)."""
         if why not in self._warned:
             self._warned.add(why)
-            log.warning("autostream: running the plan on one thread: %s", why)
+            log.log(logging.DEBUG if quiet else logging.WARNING,
+                    "autostream: running the plan on one thread: %s", why)
         if self._sequential is None:
             self._sequential = SequentialRunner(self.gm, self.program)
         return self._sequential(*inputs)
