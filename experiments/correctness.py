@@ -23,6 +23,7 @@ cases eager itself cannot run.  Exits 1 when a case mismatches.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from collections import Counter
@@ -112,8 +113,8 @@ def report(results: list[Result], seconds: float) -> str:
 
 
 def _reason_kind(why: str) -> str:
-    """A refusal without the node names that differ from graph to graph."""
-    return why.split(" (")[0] if why.startswith("Dynamo node") else why.split(":")[0]
+    """A refusal without the names that differ from graph to graph."""
+    return re.sub(r"'[^']*'", "'...'", why)[:160]
 
 
 def main(argv: list[str] | None = None) -> int:
