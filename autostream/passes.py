@@ -172,6 +172,7 @@ class AutoStreamPass(CustomGraphPass):
     reports: deque[PassReport] = field(init=False, compare=False, hash=False, repr=False)
     _table: CostModel | None = field(init=False, compare=False, hash=False, repr=False)
     _defaults: dict[str, DefaultTable] = field(init=False, compare=False, hash=False, repr=False)
+    _digest: list[str] = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         self.options()  # validate eagerly: bad options fail where they are written
@@ -182,6 +183,7 @@ class AutoStreamPass(CustomGraphPass):
         table = None if self.cost_table is None else load_table(self.cost_table)
         object.__setattr__(self, "_table", table)
         object.__setattr__(self, "_defaults", {})
+        object.__setattr__(self, "_digest", [])
         object.__setattr__(self, "reports", deque(maxlen=self.history))
 
     def options(self) -> PlanOptions:
@@ -200,6 +202,11 @@ class AutoStreamPass(CustomGraphPass):
     def digest(self) -> str:
         """A digest of the options, the cost tables' content and the package version
         (TorchAir and Inductor key their compile caches on it)."""
+        if not self._digest:
+            self._digest.append(self._compute_digest())
+        return self._digest[0]
+
+    def _compute_digest(self) -> str:
         if self._table is not None:
             tables = self._table.table.digest()
         else:

@@ -141,3 +141,28 @@ def test_process_wide_settings_need_no_carrying():
         torch.use_deterministic_algorithms(det)
         torch.set_default_dtype(dtype)
     assert seen == {"det": True, "anomaly": True, "dtype": torch.float64}
+
+
+def test_a_segment_that_cannot_be_traced_says_why_in_one_line_and_prints_nothing(capfd):
+    from autostream.capture import capture
+    from autostream.lift import lift_plan
+    from autostream.planning import PlanOptions, plan_graph
+    from autostream.runtime.segments import Segment
+    from autostream.zoo import multihead_block
+
+    from .helpers import UniformCosts, as_tuple
+
+    model, inputs = multihead_block()
+    [graph] = capture(model, inputs)
+    lifted = lift_plan(graph.dynamo, plan_graph(graph.gm, PlanOptions(max_streams=2),
+                                                UniformCosts()))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = as_tuple(model(*inputs))
+        with make_runner(lifted.gm, "threads") as threads:
+            for _ in range(2):
+                _same(as_tuple(threads(*graph.dynamo_args)), expected)
+            statuses = [item.status for items in threads.plan_of.values() for item in items
+                        if isinstance(item, Segment)]
+    assert statuses and all("\n" not in s and len(s) < 300 for s in statuses)
+    assert any("torch.jit.trace refused it" in s for s in statuses)  # weights as constants
+    assert "Traceback" not in capfd.readouterr().err
