@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
@@ -119,6 +119,10 @@ _UNANNOTATED_WRITES = {
     "aten::cudnn_batch_norm": (3, 4),
     "aten::miopen_batch_norm": (3, 4),
 }
+
+
+#: ops reading a tensor's value into Python, which fake tensors cannot run
+_SCALAR_READS = frozenset({torch.ops.aten._local_scalar_dense.default})
 
 
 class _Storages:
@@ -244,6 +248,13 @@ class _Tracer(torch.fx.Interpreter):
                 value = super().run_node(n)
         except EffectsUnknown:
             raise
+        except DataDependentOutputException as exc:
+            # ``.item()`` and friends: a read whose value fake tensors do not know;
+            # Dynamo's example value stands in for it
+            value = n.meta.get("example_value")
+            if exc.func not in _SCALAR_READS or value is None:
+                raise EffectsUnknown(f"{n.name!r} needs data fake tensors do not have "
+                                     f"({exc.func})") from None
         except Exception as exc:
             first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             raise EffectsUnknown(f"{n.name!r} could not be run on fake tensors "

@@ -141,3 +141,22 @@ def test_effects_unknown_without_example_values():
 def test_a_training_step_updates_the_buffers_and_grads_as_eager_does():
     check = check_against_eager(running_stats_model, "training", runtime="threads", **BACKEND)
     assert check.mismatch == "" and check.applied
+
+
+def test_a_value_read_into_python_is_a_read_not_an_unknown():
+    """With dynamic shapes Dynamo passes a float attribute as a tensor and reads it back with
+    ``.item()``, which fake tensors cannot run: Dynamo's example value stands in for it."""
+
+    class FloatAttribute(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.eps = 1e-5
+
+        def forward(self, x):
+            return torch.tanh(x) + self.eps, torch.sigmoid(x) * 2
+
+    [graph] = capture(FloatAttribute(), (torch.randn(8, 8),), dynamic=True)
+    effects = trace_call_effects(graph.dynamo)
+    item = effects.calls["item"]
+    assert item.aten_ops == ("aten._local_scalar_dense.default",)
+    assert not item.writes and not item.ordered and effects.written_inputs() == set()
