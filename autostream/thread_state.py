@@ -38,9 +38,6 @@ def autocast_device_types() -> tuple[str, ...]:
     return tuple(dict.fromkeys(d for d in names if torch._C._is_autocast_available(d)))
 
 
-_AUTOCAST_DEVICES = autocast_device_types()
-
-
 @dataclass(frozen=True)
 class ThreadState:
     """One thread's state that decides what ops compute (equal states compute the same)."""
@@ -53,14 +50,15 @@ class ThreadState:
     autocast_cache: bool
     #: thread-local state no worker is given (modes, functorch transforms)
     modes: tuple[str, ...]
-    #: the thread-local dispatch-key include and exclude sets
-    dispatch_keys: tuple[str, str]
+    #: the thread-local dispatch-key include and exclude sets (``DispatchKeySet.raw_repr``)
+    dispatch_keys: tuple[int, int]
 
     @classmethod
     def capture(cls) -> ThreadState:
         """The calling thread's state."""
-        autocast = tuple((d, torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES
-                         if torch.is_autocast_enabled(d))
+        autocast = tuple((d, torch.get_autocast_dtype(d)) for d in autocast_device_types()
+                         if torch.is_autocast_enabled(d)) \
+            if torch._C._is_any_autocast_enabled() else ()
         return cls(
             grad=torch.is_grad_enabled(),
             inference=torch.is_inference_mode_enabled(),
@@ -68,8 +66,8 @@ class ThreadState:
             autocast=autocast,
             autocast_cache=torch.is_autocast_cache_enabled() if autocast else True,
             modes=_active_modes(),
-            dispatch_keys=(str(torch._C._dispatch_tls_local_include_set()),
-                           str(torch._C._dispatch_tls_local_exclude_set())),
+            dispatch_keys=(torch._C._dispatch_tls_local_include_set().raw_repr(),
+                           torch._C._dispatch_tls_local_exclude_set().raw_repr()),
         )
 
     @property
@@ -106,8 +104,14 @@ class ThreadState:
         ...     a.differences(ThreadState.capture())
         ['grad: True != False']
         """
-        return [f"{f.name}: {getattr(self, f.name)} != {getattr(other, f.name)}"
+        return [f"{f.name}: {_shown(self, f.name)} != {_shown(other, f.name)}"
                 for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
+
+
+def _shown(state: ThreadState, name: str) -> object:
+    if name == "dispatch_keys":
+        return tuple(str(torch._C.DispatchKeySet.from_raw_repr(k)) for k in state.dispatch_keys)
+    return getattr(state, name)
 
 
 #: modes that only check the ops they see (AOTAutograd's first call of a training graph)
