@@ -138,12 +138,13 @@ class _Storages:
         except (NotImplementedError, RuntimeError) as exc:
             raise EffectsUnknown(f"a {t.layout} tensor has no storage to follow ({exc})") from None
 
-    def id_of(self, t: torch.Tensor, new: bool = True) -> int | None:
+    def id_of(self, t: torch.Tensor, new: bool = True, alias: int | None = None) -> int | None:
+        """``t``'s storage id; a storage not seen before gets a new one (or ``alias``'s)."""
         key = self.key(t)
         if key not in self.ids:
             if not new:
                 return None
-            self.ids[key] = len(self.ids)
+            self.ids[key] = len(self.ids) if alias is None else alias
             self._alive.append(t)
         return self.ids[key]
 
@@ -218,11 +219,7 @@ class _Tracer(torch.fx.Interpreter):
                                     device=example.device)
         # inputs that alias one another in the example share one id
         original = self.storages.key(example)
-        if original in self._alias_of:
-            self.storages.ids[self.storages.key(fresh)] = self._alias_of[original]
-            self.storages._alive.append(fresh)
-        else:
-            self._alias_of[original] = self.storages.id_of(fresh)
+        self._alias_of[original] = self.storages.id_of(fresh, alias=self._alias_of.get(original))
         self.input_storage[node.name] = self._alias_of[original]
         return fresh
 
@@ -241,6 +238,8 @@ class _Tracer(torch.fx.Interpreter):
             raise EffectsUnknown(f"{n.name!r} calls a module, whose state the graph does not show")
         args, kwargs = self.fetch_args_kwargs_from_env(n)
         reads = self.storages.of((args, kwargs))
+        given = [(t, self.storages.key(t)) for t in tree_leaves((args, kwargs))
+                 if isinstance(t, torch.Tensor)]
         before = ThreadState.capture()
         recorder = _Recorder(self.storages)
         try:
@@ -261,8 +260,11 @@ class _Tracer(torch.fx.Interpreter):
                                  f"({type(exc).__name__}: {first})") from None
         after = ThreadState.capture()
         self.storages.of(value)
+        # a tensor moved to another storage (``set_``, ``resize_``): both are written
+        moved = {i for t, key in given if self.storages.key(t) != key
+                 for i in (self.storages.ids[key], self.storages.id_of(t))}
         self.calls[n.name] = CallEffects(
-            aten_ops=tuple(recorder.ops), reads=reads, writes=frozenset(recorder.writes),
+            aten_ops=tuple(recorder.ops), reads=reads, writes=frozenset(recorder.writes | moved),
             random=recorder.random, side_effect=recorder.side_effect,
             state_change="; ".join(before.differences(after)))
         return value

@@ -160,3 +160,17 @@ def test_a_value_read_into_python_is_a_read_not_an_unknown():
     item = effects.calls["item"]
     assert item.aten_ops == ("aten._local_scalar_dense.default",)
     assert not item.writes and not item.ordered and effects.written_inputs() == set()
+
+
+def test_a_tensor_moved_to_another_storage_orders_its_later_readers():
+    g = torch.fx.Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    before = g.call_function(operator.mul, (x, 2))
+    moved = g.call_method("set_", (x, y))  # x now reads y's storage
+    after = g.call_function(operator.add, (x, 1))
+    g.output((before, after))
+    x.meta["example_value"], y.meta["example_value"] = torch.randn(4), torch.randn(4)
+    effects = trace_call_effects(torch.fx.GraphModule(nn.Module(), g))
+    assert set(effects.input_storage.values()) <= effects.calls[moved.name].writes
+    edges = set(effects.memory_edges())
+    assert (before.name, moved.name) in edges and (moved.name, after.name) in edges
