@@ -8,14 +8,14 @@ current stream (the main stream), and the main stream waits for every side strea
 before the outputs are returned, whatever the graph's own join waits say.
 
 Cross-stream memory safety: the caching allocator only knows the stream a block
-was allocated on.  A value produced on one stream and used on another
-(``StreamProgram.held``) is kept referenced until after the final join, so its
-block cannot be handed to a new allocation while another stream may still read
-it.  Values used only on their own stream are dropped after their last use
-(stream-ordered reuse is safe there).  Memory cost: the held values live until
-the end of the call instead of their last use, i.e. at most the sum of their
-sizes on top of the single-stream peak.  ``record_stream`` was not chosen: it
-makes block reuse depend on event polling (non-deterministic peak memory).
+was allocated on, and reuses a freed block on that stream without any sync.  A
+storage another stream reads is therefore kept referenced until its allocating
+stream has waited for every read (``Step.release`` on a wait step, at the latest
+the final join: :mod:`autostream.lifetimes`), so its block cannot be handed to a new
+allocation while another stream may still read it.  Values used only on their own
+stream are dropped after their last use (stream-ordered reuse is safe there).
+``record_stream`` was not chosen: it makes block reuse depend on event polling
+(non-deterministic peak memory).
 """
 
 from __future__ import annotations
@@ -155,6 +155,8 @@ class StreamsRunner:
                 else:
                     for token in step.tokens:
                         api.wait_event(stream, events[token])
+                    for v in step.release:
+                        env.pop(v, None)
         finally:
             if current is not main:
                 api.set_stream(main)

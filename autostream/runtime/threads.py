@@ -204,6 +204,8 @@ class _Call:
                         event.set()
                 else:
                     self._wait(stream, step)
+                    for v in step.release:
+                        env.pop(v, None)
         except BaseException:
             self.fail()
             raise
