@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE
 from autostream.dialects.torchair import is_stream_op
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
@@ -70,17 +71,22 @@ class AutoStreamPass:
     solver: str = "cpsat"
     cost_table: str | None = None
     time_limit: float = 5.0
+    #: a fraction of the single-stream peak (``0.1``), a size (``"512MiB"``) or both
+    #: (``"10%,2MiB"``: the larger); ``None``: no budget (``autostream.budget``)
+    max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
     reports: list[PassReport] = field(default_factory=list, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         self.options()  # validate eagerly: bad options fail where they are written
 
     def options(self) -> PlanOptions:
-        return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit)
+        return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit,
+                           self.max_memory_increase)
 
     def digest(self) -> str:
         """A stable digest of the options (TorchAir hashes passes into its cache key)."""
-        text = f"{_VERSION}|{self.max_streams}|{self.solver}|{self.cost_table}|{self.time_limit}"
+        text = (f"{_VERSION}|{self.max_streams}|{self.solver}|{self.cost_table}|{self.time_limit}"
+                f"|{self.max_memory_increase!r}")
         return hashlib.sha256(text.encode()).hexdigest()
 
     def uuid(self) -> str:
