@@ -112,7 +112,7 @@ class Plan:
         if m is None:
             return {}
         return {"peak_bytes": m.peak_bytes, "single_stream_peak_bytes": m.single_stream_peak_bytes,
-                "memory_limit_bytes": m.limit_bytes, "memory_plan": m.how}
+                "memory_limit_bytes": m.limit_bytes, "memory_fit": m.how}
 
 
 def load_cost_model(cost_table: str | CostModel | None) -> CostModel:
@@ -177,7 +177,7 @@ def plan_graph(
     notes: list[str] = []
     if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
         candidate = evaluate(fit, get_solver(options.solver)(split_problem, **solver_options),
-                             split_problem)
+                             split_problem, how=f"{options.solver} plan")
         if (candidate.schedule.streams_used > 1
                 and candidate.predicted_us < single.makespan * (1 - MIN_RELATIVE_GAIN)):
             chosen, fit_notes = fit_plan(fit, candidate, single_plan, limit, MIN_RELATIVE_GAIN)
