@@ -222,7 +222,7 @@ class ParallelBlock(nn.Module):
 
 
 def parallel_block(
-    tokens: int = 256, hidden: int = 128, heads: int = 4, inner: int = 256
+    tokens: int = 384, hidden: int = 256, heads: int = 4, inner: int = 512
 ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """A parallel attention + MLP block on a ``tokens x hidden`` prompt (prefill-shaped:
     the heads' scores dominate the activations)."""

@@ -32,6 +32,7 @@ from autostream.runtime.execute import (
     collect_outputs,
     run_node,
 )
+from autostream.runtime.memory import MeasuredMemory, allocator_peak
 from autostream.runtime.program import StreamProgram, parse_program
 
 
@@ -84,6 +85,15 @@ class TorchStreamAPI:
     def wait_stream(self, stream: Any, other: Any) -> None:
         stream.wait_stream(other)
 
+    def memory_allocated(self) -> int:
+        return torch.accelerator.memory_allocated(self.device)
+
+    def max_memory_allocated(self) -> int:
+        return torch.accelerator.max_memory_allocated(self.device)
+
+    def reset_peak_memory_stats(self) -> None:
+        torch.accelerator.reset_peak_memory_stats(self.device)
+
 
 def input_device(inputs: tuple[Any, ...]) -> torch.device:
     """Device of the first tensor input, else the current accelerator, else CPU.
@@ -104,15 +114,21 @@ class StreamsRunner:
 
     ``api`` builds the :class:`StreamAPI` for a device (default
     :class:`TorchStreamAPI`); side streams are created once per device and reused.
+    ``record_memory``: each call's peak is measured with the allocator's statistics
+    (the API's ``memory_allocated``, ``max_memory_allocated`` and
+    ``reset_peak_memory_stats``) into ``last_memory``.
     """
 
     kind = "streams"
 
     def __init__(self, gm: torch.fx.GraphModule, program: StreamProgram | None = None, *,
-                 api: Callable[[torch.device], StreamAPI] = TorchStreamAPI):
+                 api: Callable[[torch.device], StreamAPI] = TorchStreamAPI,
+                 record_memory: bool = False):
         self.gm = gm
         self.program = program if program is not None else parse_program(gm)
         self._make_api = api
+        self.record_memory = record_memory
+        self.last_memory: MeasuredMemory | None = None
         self._per_device: dict[torch.device, tuple[StreamAPI, dict[int, Any]]] = {}
 
     def _streams_for(self, device: torch.device) -> tuple[StreamAPI, dict[int, Any]]:
@@ -126,6 +142,13 @@ class StreamsRunner:
         env = bind_inputs(self.gm, self.program, inputs)
         device = input_device(tuple(env[p] for p in self.program.placeholders))
         api, side = self._streams_for(device)
+        if not self.record_memory:
+            return self._run(env, api, side)
+        out, self.last_memory = allocator_peak(api, list(env.values()),
+                                               lambda: self._run(env, api, side))
+        return out
+
+    def _run(self, env: dict, api: StreamAPI, side: dict[int, Any]) -> Any:
         main = api.current_stream()
         if side:
             fork = api.new_event()
