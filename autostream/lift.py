@@ -39,7 +39,12 @@ from autostream.graph import (
     target_name,
     writes_inputs_by_name,
 )
-from autostream.memory import GraphMemory, launch_timeline, predict_memory
+from autostream.memory import (
+    GraphMemory,
+    allocation_timeline,
+    launch_timeline,
+    predict_memory,
+)
 from autostream.planning import Plan
 from autostream.problem import SchedulingProblem
 from autostream.rewrite import rewrite_graph
@@ -261,8 +266,7 @@ def _check_memory(dynamo: torch.fx.GraphModule, deps: OpGraph, plan: Plan, sched
         deps, key=lambda n: (deps.nodes[n]["order"], n)))
     single = Schedule("single", dict.fromkeys(program_order, 0), program_order, {}, {}, 0.0, 0.0)
     single_peak = predict_memory(memory, single, (), launch_timeline(single)).peak_bytes
-    if memory.device_type != "cpu":
-        timeline = launch_timeline(schedule)
+    timeline = allocation_timeline(memory, schedule, timeline)
     peak = predict_memory(memory, schedule, syncs, timeline).peak_bytes
     limit = single_peak + budget.limit_bytes - budget.single_stream_peak_bytes
     if peak > limit:

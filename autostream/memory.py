@@ -47,7 +47,8 @@ from autostream.lifetimes import LaunchStep, alias_groups, fake_storages, plan_s
 from autostream.schedule import JOIN, Schedule, Sync
 from autostream.simulate import OpSpan, Timeline
 
-__all__ = ["GraphMemory", "MemoryProfile", "StorageLife", "launch_timeline", "predict_memory"]
+__all__ = ["GraphMemory", "MemoryProfile", "StorageLife", "allocation_timeline", "launch_timeline",
+           "predict_memory"]
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,12 @@ def launch_timeline(schedule: Schedule) -> Timeline:
              for i, n in enumerate(schedule.order)}
     n = float(len(schedule.order))
     return Timeline(spans, n, (), n, "launch order")
+
+
+def allocation_timeline(memory: GraphMemory, schedule: Schedule, timeline: Timeline) -> Timeline:
+    """When ``memory``'s device allocates: ``timeline`` (the run) on CPU, the launch
+    order on an accelerator, whose caching allocator counts on the host at launch."""
+    return timeline if memory.device_type == "cpu" else launch_timeline(schedule)
 
 
 def predict_memory(memory: GraphMemory, schedule: Schedule, syncs: Iterable[Sync] = (),

@@ -36,7 +36,7 @@ from autostream.memory import (
     GraphMemory,
     MemoryProfile,
     StorageLife,
-    launch_timeline,
+    allocation_timeline,
     predict_memory,
 )
 from autostream.memory_cap import capped_replay
@@ -148,8 +148,7 @@ def evaluate(inputs: FitInputs, schedule: Schedule, problem: SchedulingProblem,
         timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=inputs.costs.op_us,
                                  segment_overhead_us=inputs.costs.segment_us)
         predicted = timeline.makespan + inputs.costs.call_us
-    if inputs.memory.device_type != "cpu":
-        timeline = launch_timeline(schedule)
+    timeline = allocation_timeline(inputs.memory, schedule, timeline)
     profile = predict_memory(inputs.memory, schedule, syncs, timeline)
     return Candidate(how, schedule, syncs, problem, predicted, profile, edges)
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE
+from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
 from autostream.dialects.torchair import is_stream_op
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
@@ -35,6 +35,14 @@ class PassReport:
         if self.plan is not None:
             out.update(self.plan.summary())
         return out
+
+
+def _memory_note(plan: Plan) -> str:
+    m = plan.memory
+    if m is None:
+        return ""
+    return (f", predicted peak {format_bytes(m.peak_bytes)} ({100 * m.increase:+.1f}% over "
+            "one stream)")
 
 
 def hand_tagged(graph: torch.fx.Graph) -> str | None:
@@ -133,6 +141,6 @@ class AutoStreamPass:
             True,
             f"{plan.schedule.streams_used} streams, {len(plan.syncs)} syncs, predicted "
             f"{plan.predicted_us:.1f} us vs {plan.single_stream_us:.1f} us on one stream "
-            f"({plan.predicted_speedup:.2f}x)",
+            f"({plan.predicted_speedup:.2f}x)" + _memory_note(plan),
             plan,
         )
