@@ -4,7 +4,8 @@ Plans the built-in MoE layer (a shared expert beside routed experts) with severa
 solvers, prints the comparison table, writes Gantt charts, Perfetto traces and graph
 dumps into ``--out``, then runs the best plan (or ``--solver``'s) on the CPU threads
 runtime (when it is installed) and prints the measured speed-up over the best single-stream run
-(eager, or the same compiled graph on one stream) next to the predicted one.  Missing
+(eager, or the same compiled graph on one stream) next to the predicted one, and the
+plan's predicted and measured peak memory.  Missing
 optional pieces are reported, never fatal: the demo exits 0.
 """
 
