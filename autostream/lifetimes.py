@@ -131,12 +131,13 @@ def release_points(
     its alias group (:func:`alias_groups`), or is ``None`` when aliasing is unknown.
     """
     groups = _scan(steps, inputs, outputs, group_of)
+    last = _last_reads(steps)
     out: dict[str, int | None] = {}
     for g in groups.values():
         if g.returned:
             out.update(dict.fromkeys(g.members))
         elif len(g.streams) <= 1:
-            out.update(_own_last_reads(steps, g.members))
+            out.update({m: last.get(m) for m in g.members})
     crossing = [g for g in groups.values() if not g.returned and len(g.streams) > 1]
     if group_of is None:
         out.update({m: None for g in crossing for m in g.members})
@@ -180,17 +181,13 @@ def _scan(steps: Sequence[LaunchStep], inputs: Sequence[str], outputs: Collectio
     return groups
 
 
-def _own_last_reads(steps: Sequence[LaunchStep], members: list[str]) -> dict[str, int | None]:
-    """Rule 1: each value after its last read (or its production)."""
-    wanted = set(members)
-    last: dict[str, int | None] = dict.fromkeys(members)
+def _last_reads(steps: Sequence[LaunchStep]) -> dict[str, int]:
+    """Rule 1: each value's last read (or its production when nothing reads it)."""
+    last: dict[str, int] = {}
     for i, step in enumerate(steps):
-        if step.kind != "op":
-            continue
-        if step.name in wanted:
+        if step.kind == "op":
             last[step.name] = i
-        for r in step.reads:
-            if r in wanted:
+            for r in step.reads:
                 last[r] = i
     return last
 

@@ -63,7 +63,7 @@ REPAIRED_FALLBACKS = 2
 #: live storages at the peak considered for an edge (the largest)
 PEAK_CANDIDATES = 16
 #: heuristic solvers whose plans replace one that cannot be repaired (fast, no search)
-FALLBACK_SOLVERS = ("heft", "critical_path", "tf_greedy", "nimble", "opara", "round_robin")
+FALLBACK_SOLVERS = ("heft", "critical_path", "tf_greedy", "opara", "round_robin")
 
 Edge = tuple[str, str]
 
