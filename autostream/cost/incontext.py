@@ -25,7 +25,7 @@ import torch
 import torch.fx
 
 from autostream.cost.inputs import make_tensor
-from autostream.cost.signature import tensor_spec
+from autostream.cost.signature import symint_hint, tensor_spec
 from autostream.cost.timing import no_gc
 
 
@@ -41,7 +41,7 @@ def graph_inputs(gm: torch.fx.GraphModule, device: torch.device, seed: int = 0) 
         if isinstance(val, torch.Tensor):
             out.append(make_tensor(tensor_spec(val), device, gen))
         elif isinstance(val, torch.SymInt):
-            out.append(int(torch.fx.experimental.symbolic_shapes.optimization_hint(val)))
+            out.append(symint_hint(val))
         else:
             out.append(val)
     return out
