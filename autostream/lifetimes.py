@@ -34,13 +34,13 @@ from typing import Literal
 
 import torch
 import torch.fx
-from torch._inductor.fx_passes.memory_estimator import StorageKey
 from torch.utils._pytree import tree_leaves
 
 from autostream.schedule import JOIN, Schedule, Sync
 from autostream.sync import group_waits, recorded_producers
 
-__all__ = ["LaunchStep", "alias_groups", "fake_storages", "plan_steps", "release_points"]
+__all__ = ["LaunchStep", "StorageRef", "alias_groups", "fake_storages", "plan_steps",
+           "release_points"]
 
 StepKind = Literal["op", "record", "wait"]
 
@@ -60,7 +60,17 @@ class LaunchStep:
     tokens: tuple[str, ...] = ()
 
 
-def fake_storages(node: torch.fx.Node) -> list[StorageKey] | None:
+@dataclass(frozen=True)
+class StorageRef:
+    """One storage of a fake value: its identity (as torch's ``memory_estimator.StorageKey``,
+    which older torch lacks), device and size."""
+
+    key: int
+    device: torch.device
+    nbytes: int | torch.SymInt = field(compare=False)
+
+
+def fake_storages(node: torch.fx.Node) -> list[StorageRef] | None:
     """The storages of a node's fake value(s), or ``None`` when it carries none.
 
     >>> g = torch.fx.Graph(); x = g.placeholder("x")
@@ -73,7 +83,8 @@ def fake_storages(node: torch.fx.Node) -> list[StorageKey] | None:
     fakes = [t for t in tree_leaves(val) if isinstance(t, torch._subclasses.FakeTensor)]
     if not fakes and any(isinstance(t, torch.Tensor) for t in tree_leaves(val)):
         return None  # real tensors: no storage identity to compare
-    return [StorageKey(t.untyped_storage(), t.device) for t in fakes]
+    return [StorageRef(t.untyped_storage()._cdata, t.device, t.untyped_storage().nbytes())
+            for t in fakes]
 
 
 def alias_groups(nodes: Iterable[torch.fx.Node]) -> dict[str, str] | None:
@@ -89,7 +100,7 @@ def alias_groups(nodes: Iterable[torch.fx.Node]) -> dict[str, str] | None:
             n = parent[n]
         return n
 
-    owner: dict[StorageKey, str] = {}
+    owner: dict[StorageRef, str] = {}
     for node in nodes:
         if node.op == "output":
             continue

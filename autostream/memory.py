@@ -40,9 +40,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
+import torch
 import torch.fx
-from torch.fx.experimental.symbolic_shapes import optimization_hint
 
+from autostream.cost.signature import symint_hint
 from autostream.lifetimes import LaunchStep, alias_groups, fake_storages, plan_steps, release_points
 from autostream.schedule import JOIN, Schedule, Sync
 from autostream.simulate import OpSpan, Timeline
@@ -107,7 +108,7 @@ class GraphMemory:
             for i, key in enumerate(dict.fromkeys(keys)):
                 if key not in key_name:
                     name = key_name[key] = node.name if i == 0 else f"{node.name}:{i}"
-                    nbytes[name] = int(optimization_hint(key.storage.nbytes(), fallback=0))
+                    nbytes[name] = _concrete(key.nbytes)
                     devices.add(key.device.type)
                     if node.op not in sources:
                         allocated_by[name] = node.name
@@ -135,6 +136,16 @@ class GraphMemory:
             allocated_by={n: n for n in deps},
             reads={n: tuple(sorted(deps.predecessors(n))) for n in deps},
             inputs=(), outputs=returned, group_of={n: n for n in deps})
+
+
+def _concrete(n: int | torch.SymInt) -> int:
+    """A symbolic size's traced value (0 when it has none: unbacked)."""
+    if not isinstance(n, torch.SymInt):
+        return int(n)
+    try:
+        return symint_hint(n)
+    except Exception:  # noqa: BLE001 - unbacked: no size to predict with
+        return 0
 
 
 @dataclass(frozen=True)

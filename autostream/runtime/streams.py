@@ -86,13 +86,18 @@ class TorchStreamAPI:
         stream.wait_stream(other)
 
     def memory_allocated(self) -> int:
-        return torch.accelerator.memory_allocated(self.device)
+        return self._memory_stat("memory_allocated")(self.device)
 
     def max_memory_allocated(self) -> int:
-        return torch.accelerator.max_memory_allocated(self.device)
+        return self._memory_stat("max_memory_allocated")(self.device)
 
     def reset_peak_memory_stats(self) -> None:
-        torch.accelerator.reset_peak_memory_stats(self.device)
+        self._memory_stat("reset_peak_memory_stats")(self.device)
+
+    def _memory_stat(self, name: str) -> Callable[[torch.device], Any]:
+        """``torch.accelerator``'s allocator statistic, or the device module's (torch < 2.8)."""
+        found = getattr(getattr(torch, "accelerator", None), name, None)
+        return found if found is not None else getattr(torch.get_device_module(self.device), name)
 
 
 def input_device(inputs: tuple[Any, ...]) -> torch.device:
