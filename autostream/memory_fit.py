@@ -236,12 +236,12 @@ def repair(inputs: FitInputs, candidate: Candidate, limit: int, evals: _Evaluati
     for _ in range(CAP_ROUNDS):
         if not evals.take(1):
             break
-        order, edges = capped_replay(candidate.schedule, inputs.problem, inputs.memory, cap,
+        order, added = capped_replay(candidate.schedule, candidate.problem, inputs.memory, cap,
                                      durations)
-        edges = (*candidate.edges, *edges)
         capped = evaluate(inputs, replace(candidate.schedule, order=order),
-                          _with_problem_edges(inputs.problem, edges), edges,
-                          f"{candidate.how} under a memory cap", retime=True)
+                          _with_problem_edges(candidate.problem, added),
+                          (*candidate.edges, *added), f"{candidate.how} under a memory cap",
+                          retime=True)
         tried.append(repair_in_order(inputs, capped, limit, evals))
         if _fits(tried[-1], limit):
             break
@@ -268,9 +268,8 @@ def repair_in_order(inputs: FitInputs, candidate: Candidate, limit: int,
         if not edges:
             break
         label = f"{candidate.how} with {len(current.edges) + 1} ordering edge(s)"
-        trials = [evaluate(inputs, current.schedule, _with_problem_edges(
-            inputs.problem, (*current.edges, e)), (*current.edges, e), label, retime=True)
-            for e in edges]
+        trials = [evaluate(inputs, current.schedule, _with_problem_edges(current.problem, (e,)),
+                           (*current.edges, e), label, retime=True) for e in edges]
         best = min(trials, key=lambda c: (c.memory.peak_bytes > limit,
                                           0 if c.memory.peak_bytes <= limit
                                           else c.memory.peak_bytes, c.predicted_us))
