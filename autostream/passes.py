@@ -25,6 +25,7 @@ import torch
 import torch.fx
 
 import cost_models
+from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
 from autostream.cost import CostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.dialects.torchair import is_stream_op
@@ -92,6 +93,14 @@ class PassReport:
         if self.plan is not None:
             out.update(self.plan.summary())
         return out
+
+
+def _memory_note(plan: Plan) -> str:
+    m = plan.memory
+    if m is None:
+        return ""
+    return (f", predicted peak {format_bytes(m.peak_bytes)} ({100 * m.increase:+.1f}% over "
+            "one stream)")
 
 
 def hand_tagged(graph: torch.fx.Graph) -> str | None:
@@ -168,6 +177,9 @@ class AutoStreamPass(CustomGraphPass):
     solver: str = "cpsat"
     cost_table: str | None = None
     time_limit: float = 5.0
+    #: a fraction of the single-stream peak (``0.1``), a size (``"512MiB"``) or both
+    #: (``"10%,2MiB"``: the larger); ``None``: no budget (``autostream.budget``)
+    max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
     history: int = DEFAULT_HISTORY
     reports: deque[PassReport] = field(init=False, compare=False, hash=False, repr=False)
     _table: CostModel | None = field(init=False, compare=False, hash=False, repr=False)
@@ -187,7 +199,8 @@ class AutoStreamPass(CustomGraphPass):
         object.__setattr__(self, "reports", deque(maxlen=self.history))
 
     def options(self) -> PlanOptions:
-        return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit)
+        return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit,
+                           self.max_memory_increase)
 
     def cost_model_for(self, device_type: str) -> CostModel:
         """The user's table, else the default of ``device_type`` (warning once if unmeasured)."""
@@ -213,7 +226,7 @@ class AutoStreamPass(CustomGraphPass):
             tables = ",".join(f"{device}={CostModel.load(name).table.digest()}"
                               for device, name in sorted(DEFAULT_TABLES.items()))
         text = (f"{_VERSION}|{__version__}|{self.max_streams}|{self.solver}|{tables}|"
-                f"{self.time_limit}")
+                f"{self.time_limit}|{self.max_memory_increase!r}")
         return hashlib.sha256(text.encode()).hexdigest()
 
     def uuid(self) -> str:
@@ -270,7 +283,7 @@ class AutoStreamPass(CustomGraphPass):
             nodes, Outcome.APPLIED,
             f"{plan.schedule.streams_used} streams, {len(plan.syncs)} syncs, predicted "
             f"{plan.predicted_us:.1f} us vs {plan.single_stream_us:.1f} us on one stream "
-            f"({plan.predicted_speedup:.2f}x)",
+            f"({plan.predicted_speedup:.2f}x)" + _memory_note(plan),
             plan,
         )
 
