@@ -16,7 +16,7 @@ Prints markdown tables: mismatches (the target is 0), applied and lifted plans p
 model and per mode, then every mismatch, every reason a plan was not lifted and the
 cases eager itself cannot run.  Exits 1 when a case mismatches.
 
-    python experiments/correctness.py            # the full sweep (about an hour on 2 cores)
+    python experiments/correctness.py            # the full sweep (about 40 minutes on 2 cores)
     python experiments/correctness.py --quick    # a few models, cpsat and heft
 """
 
