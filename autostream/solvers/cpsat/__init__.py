@@ -1,0 +1,159 @@
+"""``cpsat``: stream assignment with OR-Tools CP-SAT, piece by piece, proven where it can.
+
+1. **Pieces** (:mod:`.pieces`): the graph is cut at ops nothing overlaps (a layer's
+   residual add, a norm), once ops that wait only for inputs (weight transposes,
+   masks) or feed only outputs (cache writes) are moved out of the way.  Pieces
+   with the same canonical structure (:mod:`.canonical`) are planned once and
+   stamped (:mod:`.distinct`, :mod:`.stitch`).
+2. **Tasks** (:mod:`.tasks`): a piece's ops become integer tasks; zero-duration ops
+   merge into a neighbour (no loss), times are rounded down.
+3. **Models** (:mod:`.model`, :mod:`.windows`, :mod:`.task_plan`): CP-SAT's stream
+   model with sync latency (or the machines model without), warm-started from
+   HEFT; a piece larger than ``window`` tasks is solved window by window.  The
+   makespan first, then the cross-stream edges at that makespan.
+4. **Contention** (:mod:`.ladder`): when a piece's ops can oversubscribe the device,
+   a ladder of capacities, the simulator picking the best plan.
+5. **Bound** (:mod:`.bounds`): the pieces' bounds add up; a piece's is CP-SAT's
+   proven optimum of its core (the exact model without shares relaxes the
+   simulator), else Graham's.
+6. **Choice**: the best predicted plan (the timeline simulator) among the stitched
+   CP-SAT plan, one stream, HEFT and the cheap baselines; ties go to fewer
+   cross-stream edges, then fewer streams.
+
+Determinism (:mod:`.clock`): budgets count CP-SAT's deterministic time with fixed
+seeds, so the same problem and options give the same plan on every machine, unless
+the wall-clock safety cap cut a search (``stats.deterministic`` says so).  Plans
+are kept in a persistent cache keyed by the canonical problem and the options
+(:mod:`.cache`).  ``docs/cpsat.md`` has the design and its reasons.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from autostream.problem import SchedulingProblem
+from autostream.schedule import Schedule
+from autostream.solvers import critical_path, heft, nimble, opara, round_robin, single, tf_greedy
+from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_edges
+from autostream.solvers.base import schedule_from_assignment
+from autostream.solvers.cpsat.bounds import pieces_lower_bound
+from autostream.solvers.cpsat.cache import PlanCache
+from autostream.solvers.cpsat.distinct import PiecesPlan, plan_distinct
+from autostream.solvers.cpsat.ladder import LADDER, best_candidate
+from autostream.solvers.cpsat.options import OPTIONS, CpsatOptions
+from autostream.solvers.cpsat.pieces import Piece, cut_into_pieces
+from autostream.solvers.cpsat.stats import CpsatStats
+from autostream.solvers.cpsat.task_plan import worst_status
+
+__all__ = ["OPTIONS", "CpsatOptions", "CpsatStats", "solve"]
+
+#: nimble's transitive closure is quadratic: left out of the portfolio beyond this
+_PORTFOLIO_MAX_OPS = 1000
+_BASELINES = {
+    "round_robin": round_robin.solve,
+    "tf_greedy": tf_greedy.solve,
+    "opara": opara.solve,
+    "critical_path": critical_path.solve,
+    "nimble": nimble.solve,
+}
+#: tie order between equally fast plans (after cross edges and streams used)
+_PREFERENCE = ("single", "cpsat", *(m.name for m in LADDER[1:]), "heft", *_BASELINES)
+
+
+def solve(problem: SchedulingProblem, **options: object) -> Schedule:
+    """Plan with CP-SAT (options: :class:`CpsatOptions`), from the plan cache when it has it.
+
+    >>> import networkx as nx
+    >>> g = nx.DiGraph([("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+    >>> nx.set_node_attributes(g, {"a": 1.0, "b": 3.0, "c": 3.0, "d": 1.0}, "duration")
+    >>> s = solve(SchedulingProblem(g, streams=2), time_limit=1.0, cache=False)
+    >>> s.makespan, s.optimal, s.streams_used
+    (5.0, True, 2)
+    """
+    opts = CpsatOptions.from_options(options)
+    started = time.perf_counter()
+    cache = PlanCache.from_environment() if opts.cache else None
+    if cache is not None and (hit := cache.load(problem, opts)) is not None:
+        return _stamp_time(hit, started)
+    schedule = _plan(problem, opts, started)
+    if cache is not None and schedule.stats.deterministic:
+        cache.store(problem, opts, schedule)
+    return schedule
+
+
+def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float) -> Schedule:
+    """The named steps of a solve (see the module docstring)."""
+    candidates = _baselines(problem, opts)
+    pieces = _pieces(problem, opts)
+    planned = plan_distinct(problem, pieces, opts, _deadline(problem, opts, started))
+    if pieces:
+        candidates["cpsat"] = schedule_from_assignment(
+            problem, planned.stream_of, "cpsat", order=planned.order)
+    bound = pieces_lower_bound(problem, pieces, planned.core_bounds) if pieces \
+        else problem.lower_bound()
+    best = best_candidate(problem, candidates, _PREFERENCE)
+    return _finish(problem, candidates, best, bound, pieces, planned, started)
+
+
+def _baselines(problem: SchedulingProblem, opts: CpsatOptions) -> dict[str, Schedule]:
+    """One stream and HEFT always (so never worse than its warm start), the others with
+    ``portfolio``."""
+    out = {"single": single.solve(problem), "heft": heft.solve(problem)}
+    if opts.portfolio:
+        out.update((name, fn(problem)) for name, fn in _BASELINES.items()
+                   if len(problem.graph) <= _PORTFOLIO_MAX_OPS or name != "nimble")
+    return out
+
+
+def _pieces(problem: SchedulingProblem, opts: CpsatOptions) -> list[Piece]:
+    """The pieces to plan: none when there is nothing to place, one without ``decompose``."""
+    if problem.streams == 1 or len(problem.graph) <= 1:
+        return []
+    if not opts.decompose:
+        return [Piece(problem.topo_order, None, None)]
+    return cut_into_pieces(problem)
+
+
+def _deadline(problem: SchedulingProblem, opts: CpsatOptions, started: float) -> float:
+    """When the searches must stop (wall clock): the Python work after them (simulating
+    the candidates) stays inside ``time_limit``."""
+    reserve = min(0.25 * opts.time_limit, 0.2 + 2e-4 * len(problem.graph))
+    return started + opts.time_limit - reserve
+
+
+def _finish(problem: SchedulingProblem, candidates: dict[str, Schedule], best: str,
+            bound: float, pieces: list[Piece], planned: PiecesPlan,
+            started: float) -> Schedule:
+    chosen = candidates[best]
+    searches = [s for p in planned.plans for s in p.searches]
+    edges = transitive_reduction_edges(problem.graph, problem.topo_order)
+    stats = CpsatStats(
+        source=best,
+        status=worst_status(s.status for s in searches),
+        bound=bound,
+        gap=chosen.makespan / bound - 1.0 if bound > 0 else 0.0,
+        proven=bool(pieces) and planned.proven,
+        deterministic=all(s.deterministic for s in searches),
+        pieces=len(pieces),
+        pieces_solved=len(planned.plans),
+        piece_sources=tuple(sorted({p.source for p in planned.plans})),
+        tasks=max((p.tasks for p in planned.plans), default=0),
+        windows=sum(s.windows for s in searches),
+        windows_greedy=sum(s.windows_greedy for s in searches),
+        cross_edges=cross_stream_edges(edges, dict(chosen.stream_of)),
+        single_stream_us=candidates["single"].makespan,
+        heft_us=candidates["heft"].makespan,
+        solve_seconds=round(sum(s.solve_seconds for s in searches), 4),
+        deterministic_time=round(sum(s.deterministic_time for s in searches), 4),
+        plan_seconds=round(time.perf_counter() - started, 4),
+    )
+    optimal = chosen.makespan <= bound + planned.resolution + 1e-6
+    return dataclasses.replace(chosen, solver="cpsat", lower_bound=bound, optimal=optimal,
+                               stats=stats)
+
+
+def _stamp_time(schedule: Schedule, started: float) -> Schedule:
+    stats = dataclasses.replace(schedule.stats, cache_hit=True,
+                                plan_seconds=round(time.perf_counter() - started, 4))
+    return dataclasses.replace(schedule, stats=stats)
