@@ -39,8 +39,9 @@ from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_
 from autostream.solvers.base import schedule_from_assignment
 from autostream.solvers.cpsat.bounds import pieces_lower_bound
 from autostream.solvers.cpsat.cache import PlanCache
-from autostream.solvers.cpsat.distinct import PiecesPlan, plan_distinct
-from autostream.solvers.cpsat.ladder import LADDER, best_candidate
+from autostream.solvers.cpsat.clock import DET_PER_SECOND
+from autostream.solvers.cpsat.distinct import plan_distinct
+from autostream.solvers.cpsat.ladder import LADDER, PiecePlan, best_candidate, plan_piece
 from autostream.solvers.cpsat.options import OPTIONS, CpsatOptions
 from autostream.solvers.cpsat.pieces import Piece, cut_into_pieces
 from autostream.solvers.cpsat.stats import CpsatStats
@@ -86,14 +87,36 @@ def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float) -> Sch
     """The named steps of a solve (see the module docstring)."""
     candidates = _baselines(problem, opts)
     pieces = _pieces(problem, opts)
-    planned = plan_distinct(problem, pieces, opts, _deadline(problem, opts, started))
+    deadline = _deadline(problem, opts, started)
+    planned = plan_distinct(problem, pieces, opts, deadline)
+    plans = list(planned.plans)
+    bound = problem.lower_bound()
     if pieces:
         candidates["cpsat"] = schedule_from_assignment(
             problem, planned.stream_of, "cpsat", order=planned.order)
-    bound = pieces_lower_bound(problem, pieces, planned.core_bounds) if pieces \
-        else problem.lower_bound()
+        bound = pieces_lower_bound(problem, pieces, planned.core_bounds)
+    if _worth_polishing(problem, opts, pieces, candidates, bound + planned.resolution):
+        whole = plan_piece(problem, problem, _time_left(opts, plans), opts, deadline,
+                           warm=candidates["cpsat"])
+        candidates["cpsat"] = whole.schedule
+        bound = max(bound, whole.bound)
+        plans.append(whole)
     best = best_candidate(problem, candidates, _PREFERENCE)
-    return _finish(problem, candidates, best, bound, pieces, planned, started)
+    return _finish(problem, candidates, best, bound, pieces, plans, planned.resolution, started)
+
+
+def _worth_polishing(problem: SchedulingProblem, opts: CpsatOptions, pieces: list[Piece],
+                     candidates: dict[str, Schedule], bound: float) -> bool:
+    """A graph that fits one model, cut into several pieces, without a proven optimum:
+    the whole-graph model, warm-started from the stitched plan, may do better (the
+    cuts moved ops, and a piece's plan cannot use the idle time of its neighbours)."""
+    return (len(pieces) > 1 and len(problem.graph) <= opts.window
+            and candidates["cpsat"].makespan > bound + 1e-6)
+
+
+def _time_left(opts: CpsatOptions, plans: list[PiecePlan]) -> float:
+    used = sum(s.deterministic_time for p in plans for s in p.searches)
+    return max(opts.time_limit - used / DET_PER_SECOND, 0.0)
 
 
 def _baselines(problem: SchedulingProblem, opts: CpsatOptions) -> dict[str, Schedule]:
@@ -123,22 +146,22 @@ def _deadline(problem: SchedulingProblem, opts: CpsatOptions, started: float) ->
 
 
 def _finish(problem: SchedulingProblem, candidates: dict[str, Schedule], best: str,
-            bound: float, pieces: list[Piece], planned: PiecesPlan,
+            bound: float, pieces: list[Piece], plans: list[PiecePlan], resolution: float,
             started: float) -> Schedule:
     chosen = candidates[best]
-    searches = [s for p in planned.plans for s in p.searches]
+    searches = [s for p in plans for s in p.searches]
     edges = transitive_reduction_edges(problem.graph, problem.topo_order)
     stats = CpsatStats(
         source=best,
         status=worst_status(s.status for s in searches),
         bound=bound,
         gap=chosen.makespan / bound - 1.0 if bound > 0 else 0.0,
-        proven=bool(pieces) and planned.proven,
+        proven=bool(plans) and all(p.proven for p in plans),
         deterministic=all(s.deterministic for s in searches),
         pieces=len(pieces),
-        pieces_solved=len(planned.plans),
-        piece_sources=tuple(sorted({p.source for p in planned.plans})),
-        tasks=max((p.tasks for p in planned.plans), default=0),
+        pieces_solved=len(plans),
+        piece_sources=tuple(sorted({p.source for p in plans})),
+        tasks=max((p.tasks for p in plans), default=0),
         windows=sum(s.windows for s in searches),
         windows_greedy=sum(s.windows_greedy for s in searches),
         cross_edges=cross_stream_edges(edges, dict(chosen.stream_of)),
@@ -148,7 +171,7 @@ def _finish(problem: SchedulingProblem, candidates: dict[str, Schedule], best: s
         deterministic_time=round(sum(s.deterministic_time for s in searches), 4),
         plan_seconds=round(time.perf_counter() - started, 4),
     )
-    optimal = chosen.makespan <= bound + planned.resolution + 1e-6
+    optimal = chosen.makespan <= bound + resolution + 1e-6
     return dataclasses.replace(chosen, solver="cpsat", lower_bound=bound, optimal=optimal,
                                stats=stats)
 

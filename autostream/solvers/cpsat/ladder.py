@@ -94,12 +94,17 @@ def contention_modes(problem: SchedulingProblem, contention: str) -> tuple[Mode,
 
 
 def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: float,
-               opts: CpsatOptions, deadline: float) -> PiecePlan:
-    """Plan ``problem`` within ``budget`` seconds (deterministic clock) and bound ``core``."""
+               opts: CpsatOptions, deadline: float, warm: Schedule | None = None) -> PiecePlan:
+    """Plan ``problem`` within ``budget`` seconds (deterministic clock) and bound ``core``.
+
+    ``warm``: a plan of ``problem`` to start from (it competes with HEFT's for the hint).
+    """
     modes = contention_modes(problem, opts.contention)
     own_bound = modes == (EXACT,) and core is problem
     plan_budget = budget if own_bound else budget * (1 - BOUND_SHARE)
     candidates = {"single": single.solve(problem), "heft": heft.solve(problem)}
+    if warm is not None:
+        candidates["warm"] = warm
     searches: list[TaskPlan] = []
     tasks = 0
     bound, proven, resolution = core.lower_bound(), False, 0.0
@@ -107,7 +112,7 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
         now = time.perf_counter()
         tg = _tasks(problem, mode, opts.window)
         plan = plan_tasks(tg, problem.streams, plan_budget / len(modes), opts,
-                          approximate=mode.approximate,
+                          approximate=mode.approximate, warm=warm,
                           deadline=now + (deadline - now) / (len(modes) - k + (not own_bound)))
         searches.append(plan)
         tasks = max(tasks, len(tg))
@@ -123,7 +128,8 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
                               deadline=deadline)
             searches.append(plan)
             bound, proven, resolution = _proven(bound, tg, plan)
-    source = best_candidate(problem, candidates, ("single", *(m.name for m in LADDER), "heft"))
+    source = best_candidate(problem, candidates,
+                            ("single", "warm", *(m.name for m in LADDER), "heft"))
     return PiecePlan(candidates[source], source, bound, proven, tuple(searches), tasks,
                      resolution)
 

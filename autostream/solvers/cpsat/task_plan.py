@@ -10,6 +10,7 @@ window whose tasks and boundary equal an earlier one's reuses its solution
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -20,7 +21,14 @@ import networkx as nx
 from autostream.problem import SchedulingProblem
 from autostream.solvers import heft
 from autostream.solvers.cpsat.clock import DET_PER_SECOND, MIN_WALL_S
-from autostream.solvers.cpsat.model import SolveLimits, WindowResult, feasible, solve_window
+from autostream.schedule import Schedule
+from autostream.solvers.cpsat.model import (
+    SolveLimits,
+    WindowResult,
+    feasible,
+    retime,
+    solve_window,
+)
 from autostream.solvers.cpsat.options import CpsatOptions
 from autostream.solvers.cpsat.tasks import SHARE_UNITS, TaskGraph
 from autostream.solvers.cpsat.windows import Placed, Window, cut_windows, greedy_window, upward_rank
@@ -71,12 +79,15 @@ class _Progress:
 def plan_tasks(
     tg: TaskGraph, streams: int, budget: float, opts: CpsatOptions, *,
     lower_bound: int = 0, approximate: bool = False, deadline: float = math.inf,
+    warm: Schedule | None = None,
 ) -> TaskPlan:
     """Integer plan of the whole task graph within ``budget`` seconds (deterministic clock).
 
     ``approximate`` solves every window with the machines model (latency added
     after colouring), for relaxed contention models the simulator judges anyway.
     ``deadline`` (``time.perf_counter()`` seconds) caps the wall clock of all solves.
+    ``warm``: a plan of the same ops that also competes for the hint of a one-window
+    plan.
     """
     rank = upward_rank(tg, streams)
     parts = cut_windows(tg, opts.window)
@@ -98,7 +109,7 @@ def plan_tasks(
             left = budget - progress.det / DET_PER_SECOND
             # a quarter of what is left at least: later windows are often reuses
             share = max(0.05, left * len(tasks) / remaining, left / 4)
-            hint = _hint(tg, win, streams, rank, single)
+            hint = _hint(tg, win, streams, rank, warm if single else None)
             limits = SolveLimits(
                 share * (1 - opts.sync_share) if single else share, opts.seed, opts.workers,
                 deadline - time.perf_counter(),
@@ -121,13 +132,45 @@ def plan_tasks(
 
 
 def _hint(tg: TaskGraph, win: Window, streams: int, rank: list[float],
-          single: bool) -> tuple[dict[int, int], dict[int, int]]:
-    """The window's greedy plan, or HEFT's plan of the whole task graph when that is better."""
-    greedy = greedy_window(tg, win, streams, rank)
-    if not single:
-        return greedy
-    h = heft_hint(tg, streams)
-    return h if feasible(tg, win, *h) and _mk(tg, h[1]) < _mk(tg, greedy[1]) else greedy
+          warm: Schedule | None) -> tuple[dict[int, int], dict[int, int]]:
+    """The fastest feasible of: the window's greedy plan and, for a one-window plan,
+    HEFT's plan of the task graph and ``warm`` re-timed in the model."""
+    hints = [greedy_window(tg, win, streams, rank)]
+    if len(win.tasks) == len(tg):
+        hints.append(heft_hint(tg, streams))
+        if warm is not None:
+            hints.append(_retimed(tg, win, warm))
+    ok = [h for h in hints if feasible(tg, win, *h)]
+    return min(ok, key=lambda h: _mk(tg, h[1]))
+
+
+def _retimed(tg: TaskGraph, win: Window,
+             plan: Schedule) -> tuple[dict[int, int], dict[int, int]]:
+    """``plan`` as a task placement: each task on its first op's stream, in ``plan``'s
+    order, at the earliest integer times the model allows."""
+    position = {v: i for i, v in enumerate(plan.order)}
+    first = {v: min(position[n] for n in tg.members[v]) for v in win.tasks}
+    renumber: dict[int, int] = {}  # streams by first use in task order (the model's symmetry)
+    for v in win.tasks:
+        renumber.setdefault(plan.stream_of[tg.members[v][0]], len(renumber))
+    stream = {v: renumber[plan.stream_of[tg.members[v][0]]] for v in win.tasks}
+    return stream, retime(tg, win, stream, _topological_rank(tg, first))
+
+
+def _topological_rank(tg: TaskGraph, priority: Mapping[int, int]) -> dict[int, int]:
+    """A topological order of the tasks, earliest ``priority`` first among the ready ones."""
+    indegree = {v: len(tg.preds[v]) for v in range(len(tg))}
+    ready = [(priority[v], v) for v, d in indegree.items() if d == 0]
+    heapq.heapify(ready)
+    rank: dict[int, int] = {}
+    while ready:
+        _, v = heapq.heappop(ready)
+        rank[v] = len(rank)
+        for w in tg.succs[v]:
+            indegree[w] -= 1
+            if indegree[w] == 0:
+                heapq.heappush(ready, (priority[w], w))
+    return rank
 
 
 def heft_hint(tg: TaskGraph, streams: int) -> tuple[dict[int, int], dict[int, int]]:
