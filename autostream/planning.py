@@ -14,6 +14,7 @@ from autostream.graph import OpGraph, build_op_graph
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule, Sync
 from autostream.solvers import check_solver_name, get_solver
+from autostream.stages import StageTimes, Stopwatch
 from autostream.sync import compute_syncs
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ class Plan:
     #: host cost per node when the plan uses several streams
     predicted_us: float = 0.0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: seconds per stage of planning (graph, costs, solve, syncs)
+    stages: StageTimes = StageTimes()
 
     @property
     def predicted_speedup(self) -> float:
@@ -91,6 +94,7 @@ class Plan:
             "num_syncs": len(self.syncs),
             "optimal": self.schedule.optimal,
             "plan_seconds": self.plan_seconds,
+            "stage_seconds": self.stages.as_dict(),
             "cost_sources": str(self.cost_sources),
         }
 
@@ -134,13 +138,17 @@ def plan_graph(
     plan when the candidate is not predicted at least ``MIN_RELATIVE_GAIN`` faster.
     """
     t0 = time.perf_counter()
+    watch = Stopwatch()
     cost_model = cost_model or load_cost_model(options.cost_table)
+    watch.lap("costs")
     op_graph = build_op_graph(gm)
+    watch.lap("graph")
     estimates = {n: cost_model.estimate(data["fx"]) for n, data in op_graph.nodes(data=True)}
     problem = build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us)
     single = get_solver("single")(problem)
     split_problem = build_problem(op_graph, estimates, options.max_streams,
                                   cost_model.sync_latency_us, split=True)
+    watch.lap("costs")
     runtime_op_us = float(getattr(cost_model, "runtime_op_us", 0.0))
     runtime_call_us = float(getattr(cost_model, "runtime_call_us", 0.0))
     runtime_segment_us = float(getattr(cost_model, "runtime_segment_us", 0.0))
@@ -166,7 +174,9 @@ def plan_graph(
                 f"streams{overhead}) is not faster than one stream ({single.makespan:.1f} us); "
                 "keeping one stream"
             )
+    watch.lap("solve")
     syncs = tuple(compute_syncs(op_graph, schedule)) if schedule.streams_used > 1 else ()
+    watch.lap("syncs")
     return Plan(
         op_graph=op_graph,
         problem=problem,
@@ -177,6 +187,7 @@ def plan_graph(
         plan_seconds=time.perf_counter() - t0,
         predicted_us=predicted_us,
         notes=tuple(notes),
+        stages=watch.times(),
     )
 
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decoder_graph import decoder_problem  # noqa: E402
 
 from autostream.solvers import solve  # noqa: E402
-from autostream.solvers._bounds import segmented_lower_bound  # noqa: E402
+from autostream.solvers.cpsat.bounds import graham_by_pieces  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     for layers in args.layers:
         p = decoder_problem(layers=layers, streams=args.streams, jitter=args.jitter)
         lb = p.lower_bound()
-        seg = segmented_lower_bound(p)
+        seg = graham_by_pieces(p)
         runs = [("cpsat", {"time_limit": args.time_limit})]
         if args.baselines:
             runs.append(("heft", {}))
@@ -51,16 +51,15 @@ def main(argv: list[str] | None = None) -> int:
             s = solve(p, name, **options)
             seconds = time.perf_counter() - t0
             st = s.stats
-            if "pieces" in st:
-                windows = f"{st['pieces']} ({st['pieces_solved']}: {', '.join(st['piece_sources'])})"
-            elif "windows" in st:
-                windows = f"{st['windows']} windows ({st['window_reuses']} reused)"
+            if name == "cpsat":
+                windows = f"{st.pieces} ({st.pieces_solved}: {', '.join(st.piece_sources)})"
+                source = st.source
             else:
-                windows = "-"
+                windows, source = "-", name
             print(f"| {layers} | {len(p.graph)} | {name} | {seconds:.2f} | {s.makespan:.1f} | "
                   f"{lb:.1f} | {100 * (s.makespan / lb - 1):.1f}% | {seg:.1f} | "
                   f"{100 * (s.makespan / seg - 1):.1f}% | {p.single_stream_time():.1f} | "
-                  f"{windows} | {st.get('source', name)} |", flush=True)
+                  f"{windows} | {source} |", flush=True)
     return 0
 
 

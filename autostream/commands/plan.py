@@ -11,7 +11,12 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from autostream.stages import Stopwatch
+
+if TYPE_CHECKING:
+    from autostream.schedule import Schedule
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,9 +47,12 @@ def plan_stg(path: str, streams: int, solver: str, time_limit: float) -> dict[st
         raise FileNotFoundError(f"STG file {path} does not exist")
     t0 = time.perf_counter()
     problem = read_stg(path, streams=streams)
+    watch = Stopwatch()
     options = {"time_limit": time_limit} if solver == "cpsat" else {}
     schedule = solve(problem, solver, **options)
+    watch.lap("solve")
     syncs = _syncs(problem.graph, schedule) if schedule.streams_used > 1 else []
+    watch.lap("syncs")
     single = problem.single_stream_time()
     return {
         "solver": solver,
@@ -57,7 +65,9 @@ def plan_stg(path: str, streams: int, solver: str, time_limit: float) -> dict[st
         "num_syncs": len(syncs),
         "optimal": bool(schedule.optimal),
         "plan_seconds": time.perf_counter() - t0,
-        "solver_stats": {k: v for k, v in schedule.stats.items() if _plain(v)},
+        "stage_seconds": watch.times().as_dict(),
+        "pass_seconds": round(watch.times().total, 4),
+        "solver_stats": solver_stats(schedule),
     }
 
 
@@ -78,7 +88,16 @@ def _reduced_cross_edges(graph, schedule) -> list:
             if schedule.stream_of[u] != schedule.stream_of[v]]
 
 
+def solver_stats(schedule: Schedule) -> dict[str, Any]:
+    """The solver's figures as JSON values (``{}`` when it reports none)."""
+    if schedule.stats is None:
+        return {}
+    return {k: v for k, v in schedule.stats.as_dict().items() if _plain(v)}
+
+
 def _plain(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(map(_plain, value))
     return isinstance(value, (int, float, str, bool)) or value is None
 
 
@@ -95,15 +114,30 @@ def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
     if spec.endswith(".stg"):
         return plan_stg(spec, streams, solver, time_limit)
     from autostream.modelspec import load_model_spec
-    from autostream.planning import plan_model
 
     model, inputs = load_model_spec(spec)
-    plan = plan_model(model, inputs, max_streams=streams, solver=solver, cost_table=cost_table,
-                      time_limit=time_limit)
-    summary = dict(plan.summary())
+    return plan_captured(model, inputs, streams, solver, cost_table, time_limit)
+
+
+def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table: str | None,
+                  time_limit: float) -> dict[str, Any]:
+    """Capture the model's largest graph, run the pass on it (plan, rewrite, verify) and
+    return the summary figures; ``pass_seconds`` is all of it but the capture."""
+    from autostream.capture import capture_graphs
+    from autostream.passes import AutoStreamPass
+
+    graphs = capture_graphs(model, tuple(inputs))
+    if not graphs:
+        raise ValueError("torch.compile captured no graph for this model; nothing to plan")
+    gm = max(graphs, key=lambda g: len(g.graph.nodes))
+    report = AutoStreamPass(max_streams=streams, solver=solver, cost_table=cost_table,
+                            time_limit=time_limit).apply(gm)
+    if report.plan is None:
+        raise RuntimeError(f"the model could not be planned: {report.reason}")
+    summary = report.summary()
     summary["solver"] = solver
-    summary["solver_stats"] = {k: v for k, v in plan.schedule.stats.items() if _plain(v)}
-    summary["notes"] = list(plan.notes)
+    summary["solver_stats"] = solver_stats(report.plan.schedule)
+    summary["notes"] = list(report.plan.notes)
     return summary
 
 
@@ -127,6 +161,9 @@ def describe(spec: str, s: dict[str, Any]) -> str:
         f"  syncs              {s['num_syncs']}",
         f"  planning time      {s['plan_seconds']:.2f} s",
     ]
+    if "pass_seconds" in s:
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in s["stage_seconds"].items() if v)
+        lines.append(f"  pass time          {s['pass_seconds']:.2f} s ({stages})")
     lines += [f"note: {n}" for n in s.get("notes", [])]
     return "\n".join(lines)
 

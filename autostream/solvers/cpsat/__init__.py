@@ -85,11 +85,11 @@ def solve(problem: SchedulingProblem, **options: object) -> Schedule:
 
 def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float) -> Schedule:
     """The named steps of a solve (see the module docstring)."""
-    candidates = _baselines(problem, opts)
     pieces = _pieces(problem, opts)
     deadline = _deadline(problem, opts, started)
     planned = plan_distinct(problem, pieces, opts, deadline)
     plans = list(planned.plans)
+    candidates: dict[str, Schedule] = {}
     bound = problem.lower_bound()
     if pieces:
         candidates["cpsat"] = schedule_from_assignment(
@@ -101,6 +101,7 @@ def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float) -> Sch
         candidates["cpsat"] = whole.schedule
         bound = max(bound, whole.bound)
         plans.append(whole)
+    candidates.update(_baselines(problem, opts))  # cheap: after the searches, in the reserve
     best = best_candidate(problem, candidates, _PREFERENCE)
     return _finish(problem, candidates, best, bound, pieces, plans, planned.resolution, started)
 
@@ -139,8 +140,8 @@ def _pieces(problem: SchedulingProblem, opts: CpsatOptions) -> list[Piece]:
 
 
 def _deadline(problem: SchedulingProblem, opts: CpsatOptions, started: float) -> float:
-    """When the searches must stop (wall clock): the Python work after them (simulating
-    the candidates) stays inside ``time_limit``."""
+    """When the searches must stop (wall clock): the Python work after them (the
+    baselines, simulating the candidates) stays inside ``time_limit``."""
     reserve = min(0.25 * opts.time_limit, 0.2 + 2e-4 * len(problem.graph))
     return started + opts.time_limit - reserve
 
@@ -163,6 +164,7 @@ def _finish(problem: SchedulingProblem, candidates: dict[str, Schedule], best: s
         piece_sources=tuple(sorted({p.source for p in plans})),
         tasks=max((p.tasks for p in plans), default=0),
         windows=sum(s.windows for s in searches),
+        windows_reused=sum(s.windows_reused for s in searches),
         windows_greedy=sum(s.windows_greedy for s in searches),
         cross_edges=cross_stream_edges(edges, dict(chosen.stream_of)),
         single_stream_us=candidates["single"].makespan,

@@ -52,8 +52,10 @@ def core_graham(core: SchedulingProblem, piece: Piece) -> float:
                sum(core.duration(v) for v in cuts) + between.lower_bound())
 
 
-def graham_by_pieces(problem: SchedulingProblem) -> float:
-    """The pieces' bound with Graham's bound for every core (no search).
+def graham_by_pieces(problem: SchedulingProblem, capacity_factor: float = 1.0) -> float:
+    """Graham's bound summed over the strict pieces (no search, no op moved).
+
+    ``capacity_factor`` scales the device capacity, for the models that relax it.
 
     >>> import networkx as nx
     >>> g = nx.DiGraph([("a", x) for x in "bcx"] + [(x, "d") for x in "bcx"]
@@ -64,6 +66,9 @@ def graham_by_pieces(problem: SchedulingProblem) -> float:
     >>> p.lower_bound(), graham_by_pieces(p)
     (13.0, 15.0)
     """
-    pieces = cut_into_pieces(problem)
+    if capacity_factor != 1.0:
+        problem = SchedulingProblem(problem.graph, problem.streams, problem.sync_latency_us,
+                                    problem.capacity * capacity_factor)
+    pieces = cut_into_pieces(problem, strict=True)
     return pieces_lower_bound(
         problem, pieces, [core_graham(core_problem(problem, p), p) for p in pieces])

@@ -15,14 +15,15 @@ The lower bound: the piece's core (the piece without its loose ops) relaxes the
 piece, and the exact model without shares, times rounded down, relaxes the
 simulator (an op never runs faster than its duration).  So CP-SAT's proven
 optimum of that model bounds the core's span; when the plan's model is that
-model, one solve gives both, else a second solve proves the bound.
+model, one solve gives both, else a second solve proves the bound, where it can
+beat Graham's (when contention is not what bounds it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
-import time
 from dataclasses import dataclass
 
 from autostream.problem import SchedulingProblem
@@ -30,9 +31,14 @@ from autostream.schedule import Schedule
 from autostream.solvers import heft, single
 from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_edges
 from autostream.solvers.base import schedule_from_assignment
+from autostream.solvers.cpsat.bounds import graham_by_pieces
+from autostream.solvers.cpsat.clock import wall_share
+from autostream.solvers.cpsat.local_search import improve
 from autostream.solvers.cpsat.options import CpsatOptions
 from autostream.solvers.cpsat.task_plan import TaskPlan, plan_tasks
-from autostream.solvers.cpsat.tasks import TaskGraph, build_tasks
+from autostream.solvers.cpsat.tasks import TaskGraph, build_tasks, to_units
+
+log = logging.getLogger("autostream")
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,10 @@ LADDER = (BLOCKING, Mode("cpsat_x1.5", 1.5, True), Mode("cpsat_relaxed", math.in
 _RELAXED = LADDER[-1]
 #: the share of a piece's time its separate bound solve gets
 BOUND_SHARE = 0.3
+#: the share of a piece's time the local search on the simulator gets, and how many
+#: op simulations it counts per second (a 100-op plan simulates in about a millisecond)
+SEARCH_SHARE = 0.2
+OP_SIMULATIONS_PER_SECOND = 100_000
 
 
 @dataclass(frozen=True)
@@ -70,9 +80,23 @@ class PiecePlan:
     def deterministic(self) -> bool:
         return all(t.deterministic for t in self.searches)
 
+    @property
+    def optimal(self) -> bool:
+        """Does the plan meet the bound (up to the model's resolution)?"""
+        return self.schedule.makespan <= self.bound + self.resolution + 1e-6
+
     def with_bound(self, bound: float) -> PiecePlan:
         """The same plan with a better (larger) bound found elsewhere."""
         return dataclasses.replace(self, bound=max(self.bound, bound))
+
+    def merged(self, earlier: PiecePlan) -> PiecePlan:
+        """This later plan of the same piece, with everything the earlier one found."""
+        proven = self.proven or earlier.proven
+        resolution = max(self.resolution, earlier.resolution)
+        source = earlier.source if self.source == "warm" else self.source
+        return dataclasses.replace(self, source=source, bound=max(self.bound, earlier.bound),
+                                   proven=proven, resolution=resolution,
+                                   searches=earlier.searches + self.searches)
 
 
 def contention_modes(problem: SchedulingProblem, contention: str) -> tuple[Mode, ...]:
@@ -101,7 +125,8 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
     """
     modes = contention_modes(problem, opts.contention)
     own_bound = modes == (EXACT,) and core is problem
-    plan_budget = budget if own_bound else budget * (1 - BOUND_SHARE)
+    prove = not own_bound and _path_bound(core)
+    plan_budget = budget * (1 - BOUND_SHARE * prove - SEARCH_SHARE)
     candidates = {"single": single.solve(problem), "heft": heft.solve(problem)}
     if warm is not None:
         candidates["warm"] = warm
@@ -109,42 +134,81 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
     tasks = 0
     bound, proven, resolution = core.lower_bound(), False, 0.0
     for k, mode in enumerate(modes):
-        now = time.perf_counter()
         tg = _tasks(problem, mode, opts.window)
-        plan = plan_tasks(tg, problem.streams, plan_budget / len(modes), opts,
-                          approximate=mode.approximate, warm=warm,
-                          deadline=now + (deadline - now) / (len(modes) - k + (not own_bound)))
+        share = plan_budget / len(modes)
+        plan = plan_tasks(tg, problem.streams, share, opts,
+                          lower_bound=_floor(problem, mode, tg), approximate=mode.approximate,
+                          warm=warm, deadline=wall_share(deadline, share, budget - k * share))
         searches.append(plan)
         tasks = max(tasks, len(tg))
         if plan.found:
             candidates[mode.name] = _schedule(problem, tg, plan)
+        else:
+            log.warning("cpsat: CP-SAT found no plan for a %d-op piece (%s, %s); using its "
+                        "warm start", len(problem.graph), plan.status, mode.name)
         if own_bound:
             bound, proven, resolution = _proven(bound, tg, plan)
-    if not own_bound:
+    if prove:
         tg = _tasks(core, EXACT, opts.window)
         if len(tg) <= opts.window:
             plan = plan_tasks(tg, core.streams, budget * BOUND_SHARE,
                               dataclasses.replace(opts, sync_share=0.0),
-                              deadline=deadline)
+                              deadline=wall_share(deadline, BOUND_SHARE, BOUND_SHARE + SEARCH_SHARE))
             searches.append(plan)
             bound, proven, resolution = _proven(bound, tg, plan)
     source = best_candidate(problem, candidates,
                             ("single", "warm", *(m.name for m in LADDER), "heft"))
-    return PiecePlan(candidates[source], source, bound, proven, tuple(searches), tasks,
-                     resolution)
+    best = candidates[source]
+    if best.makespan > bound + resolution + 1e-6:  # not known to be optimal: move tasks
+        moved = improve(problem, best, _evaluations(problem, budget * SEARCH_SHARE))
+        if moved.makespan < best.makespan:
+            best, source = moved, f"{source}+moves"
+    return PiecePlan(best, source, bound, proven, tuple(searches), tasks, resolution)
+
+
+def _evaluations(problem: SchedulingProblem, seconds: float) -> int:
+    """Plans the local search may simulate in ``seconds`` (counted, so reproducible)."""
+    return int(seconds * OP_SIMULATIONS_PER_SECOND / max(len(problem.graph), 1))
+
+
+def _floor(problem: SchedulingProblem, mode: Mode, tg: TaskGraph) -> int:
+    """Graham's bound over the piece's own cuts under the mode's capacity, in the model's
+    units (less what rounding may lose): no plan of the model is shorter."""
+    return to_units(max(graham_by_pieces(problem, mode.factor) - tg.rounding_us, 0.0), tg.scale)
+
+
+def _path_bound(core: SchedulingProblem) -> bool:
+    """Is Graham's bound of ``core`` its critical path or its work, not its device time?
+    Only then can the model without shares prove more: it adds the sync latency and
+    the streams' order, while it knows nothing of contention."""
+    return max(core.critical_path(), core.total_work() / core.streams) \
+        >= core.contended_work() / core.capacity
 
 
 def _tasks(problem: SchedulingProblem, mode: Mode, window: int) -> TaskGraph:
+    # the approximate modes colour a timeline of the machines model, where a
+    # zero-duration task takes its predecessor's stream anyway: they keep them apart
     return build_tasks(problem, collapse_chains=len(problem.graph) > window,
                        shares=mode.factor != math.inf,
-                       capacity_factor=1.0 if mode.factor == math.inf else mode.factor)
+                       capacity_factor=1.0 if mode.factor == math.inf else mode.factor,
+                       merge_zero=not mode.approximate)
 
 
 def _schedule(problem: SchedulingProblem, tg: TaskGraph, plan: TaskPlan) -> Schedule:
-    """The integer plan as ops on streams, launched in start order, re-timed by the simulator."""
-    order = tuple(n for v in sorted(plan.stream, key=lambda v: (plan.start[v], v))
-                  for n in tg.members[v])
-    stream_of = {n: plan.stream[v] for v in plan.stream for n in tg.members[v]}
+    """The integer plan as ops on streams, launched in start order, re-timed by the
+    simulator; the plan before its cross-edge solve instead if that runs faster."""
+    out = _ops_schedule(problem, tg, plan.stream, plan.start)
+    if plan.unsynced is not None:
+        before = _ops_schedule(problem, tg, *plan.unsynced)
+        if before.makespan < out.makespan - 1e-9:
+            return before
+    return out
+
+
+def _ops_schedule(problem: SchedulingProblem, tg: TaskGraph, stream: dict[int, int],
+                  start: dict[int, int]) -> Schedule:
+    order = tuple(n for v in sorted(stream, key=lambda v: (start[v], v)) for n in tg.members[v])
+    stream_of = {n: stream[v] for v in stream for n in tg.members[v]}
     return schedule_from_assignment(problem, stream_of, "cpsat", order=order)
 
 

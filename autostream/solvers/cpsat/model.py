@@ -52,6 +52,9 @@ class WindowResult:
     wall: float
     det_time: float
     hit_wall: bool = False
+    #: the makespan solve's own plan ``(stream, start)`` when a cross-edge solve followed:
+    #: it may run faster in the simulator, which the model does not see exactly
+    unsynced: tuple[dict[int, int], dict[int, int]] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,9 @@ class SolveLimits:
 
 
 def window_bound(tg: TaskGraph, win: Window, streams: int) -> int:
-    """Work bounds of the window's makespan (Graham, contended work)."""
+    """Graham's bounds of the window's makespan: longest path, work, contended work."""
     work = sum(tg.duration[v] for v in win.tasks) + sum(f - win.lo for f in win.free)
-    bound = win.lo + math.ceil(work / streams)
+    bound = max(win.lo + math.ceil(work / streams), _longest_path(tg, win))
     contended = sum(tg.duration[v] * tg.share[v] for v in win.tasks)
     contended += sum((e - s) * r for s, e, r in win.loads)
     if tg.capacity > 0:
@@ -76,15 +79,31 @@ def window_bound(tg: TaskGraph, win: Window, streams: int) -> int:
     return bound
 
 
+def _longest_path(tg: TaskGraph, win: Window) -> int:
+    """The latest end of a window task when every task starts as early as its inputs allow."""
+    end: dict[int, int] = {}
+    for v in win.tasks:  # ascending ids: a topological order
+        ready = max([win.lo] + [e for e, _ in win.ext[v]]
+                    + [end[u] for u in tg.preds[v] if u in end])
+        end[v] = ready + tg.duration[v]
+    return max(end.values(), default=win.lo)
+
+
 def stream_model(
     tg: TaskGraph, win: Window, streams: int, horizon: int, mk_floor: int, hint: Hint,
+    cuts: bool = True,
 ) -> tuple[cp_model.CpModel, dict, dict, list, list, cp_model.IntVar]:
-    """The stream-assignment model with a complete hint: ``(model, start, x, cross, used, mk)``."""
+    """The stream-assignment model with a complete hint: ``(model, start, x, cross, used, mk)``.
+
+    ``cuts``: add the fork/join cuts (they speed up proving a makespan, not the search
+    for fewer cross-stream edges at a fixed one).
+    """
     hs, ht = hint
     m = cp_model.CpModel()
     start, x, intervals = _stream_intervals(m, tg, win, streams, horizon)
     cross = _precedences(m, tg, win, start, x, hs)
-    _forks_and_joins(m, tg, win, start)
+    if cuts:
+        _forks_and_joins(m, tg, win, start)
     add_device(m, tg, win, intervals)
     used = [m.new_bool_var(f"used{s}") for s in range(streams)]
     for v in win.tasks:
@@ -345,9 +364,9 @@ def _sync_solve(tg: TaskGraph, win: Window, streams: int, limits: SolveLimits,
     budget = min(limits.sync_budget, max(0.2, first.det_time / DET_PER_SECOND))
     m, start, x, cross, used, mk = stream_model(
         tg, win, streams, first.makespan, min(mk_floor, first.makespan),
-        (first.stream, first.start))
+        (first.stream, first.start), cuts=False)
     m.minimize(sum(cross) * (streams + 1) + sum(used))
-    solver = _solver(limits, budget, limits.wall_left - first.wall, machines=False)
+    solver = _solver(limits, budget, limits.wall_left - first.wall, portfolio=False)
     status = solver.solve(m)
     wall = first.wall + solver.wall_time
     det = first.det_time + solver.deterministic_time
@@ -356,13 +375,14 @@ def _sync_solve(tg: TaskGraph, win: Window, streams: int, limits: SolveLimits,
         return _replace(first, wall=wall, det_time=det, hit_wall=cut)
     return _replace(first, stream=read_streams(solver, win.tasks, x),
                     start={v: solver.value(start[v]) for v in win.tasks},
-                    wall=wall, det_time=det, hit_wall=cut)
+                    wall=wall, det_time=det, hit_wall=cut, unsynced=(first.stream, first.start))
 
 
 def _solver(limits: SolveLimits, budget: float, wall_left: float,
-            machines: bool) -> cp_model.CpSolver:
-    """The machines model gets the interleaved portfolio; the stream model one worker, no LP."""
-    if machines:
+            portfolio: bool) -> cp_model.CpSolver:
+    """The interleaved portfolio for the machines model, one worker without the linear
+    relaxation for the stream model."""
+    if portfolio:
         return make_solver(budget, limits.seed, limits.workers, wall_left)
     return make_solver(budget, limits.seed, 1, wall_left, use_lp=False)
 

@@ -101,12 +101,17 @@ def _bits(x: int):
 class _Cutter:
     """The greedy scan for cuts along the topological order (see the module docstring)."""
 
-    def __init__(self, problem: SchedulingProblem) -> None:
+    def __init__(self, problem: SchedulingProblem, strict: bool) -> None:
+        self.strict = strict  # cut only where nothing has to move
         self.d = [problem.duration(v) for v in problem.topo_order]
         self.r = _reach(problem)
         self.cp = self.r.critical_path
         self.n = len(self.d)
         self.full = (1 << self.n) - 1
+        # ops that feed no op of the main output (the op with the most ancestors), such
+        # as cache writes: the only ops that may move before a cut
+        main = max(range(self.n), key=lambda j: (self.r.anc[j].bit_count(), -j), default=0)
+        self.dead_ends = self.full & ~self.r.anc[main] if self.n else 0
         self.placed = 0  # ops in the pieces closed so far
         self.after_cut = 0  # descendants of the last cut (0 before the first)
         # every op by decreasing tail: the longest path an op moved after a cut starts
@@ -120,6 +125,8 @@ class _Cutter:
             placed = self.placed >> i & 1
             follows = not self.after_cut or self.after_cut >> i & 1
             if placed or not follows:
+                continue
+            if self.strict and self.full & ~self.r.anc[i] & ~self.r.desc[i] & ~self.placed:
                 continue
             before = self._moved_before(i)
             if before is None or not self._can_move_after(i):
@@ -141,6 +148,8 @@ class _Cutter:
         unordered = self.full & ~r.anc[i] & ~r.desc[i] & ~self.placed & self.after_cut
         limit = self.cp - r.tail[i] + _EPS
         moved = []
+        if unordered & ~self.dead_ends:
+            return None
         for u in _bits(unordered):
             if r.head[u] + self.d[u] > limit:
                 return None
@@ -166,10 +175,14 @@ class _Cutter:
         return True
 
 
-def cut_into_pieces(problem: SchedulingProblem) -> list[Piece]:
-    """The pieces of ``problem``, in order; consecutive pieces share their cut."""
+def cut_into_pieces(problem: SchedulingProblem, strict: bool = False) -> list[Piece]:
+    """The pieces of ``problem``, in order; consecutive pieces share their cut.
+
+    ``strict``: cut only at ops every other op precedes or follows (no op moves, no
+    piece has loose ops).
+    """
     topo = problem.topo_order
-    cutter = _Cutter(problem)
+    cutter = _Cutter(problem, strict)
     anc, desc = cutter.r.anc, cutter.r.desc
     out: list[Piece] = []
     head: int | None = None

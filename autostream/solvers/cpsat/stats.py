@@ -22,6 +22,7 @@ class CpsatStats(SolverStats):
     piece_sources: tuple[str, ...]  # the candidates the distinct pieces kept
     tasks: int  # CP-SAT tasks of the largest model solved
     windows: int  # CP-SAT windows over the distinct pieces
+    windows_reused: int  # windows identical to an earlier one, which took its solution
     windows_greedy: int  # windows that kept their greedy plan: the time ran out
     cross_edges: int  # reduced dependences whose ends run on different streams
     single_stream_us: float  # the makespan on one stream

@@ -51,6 +51,8 @@ class TaskPlan:
     solve_seconds: float  # CP-SAT wall time
     deterministic_time: float
     deterministic: bool  # no search was cut by the wall clock
+    #: a one-window plan before its cross-edge solve, when it ran (``WindowResult.unsynced``)
+    unsynced: tuple[dict[int, int], dict[int, int]] | None = None
 
     @property
     def found(self) -> bool:
@@ -68,6 +70,7 @@ class _Progress:
     greedy: int = 0
     hit_wall: bool = False
     bound: int | None = None
+    unsynced: tuple[dict[int, int], dict[int, int]] | None = None
 
     def add(self, res: WindowResult) -> None:
         self.statuses.append(res.status)
@@ -121,6 +124,7 @@ def plan_tasks(
             better = res.stream and _mk(tg, res.start) <= _mk(tg, hint[1])
             if single and res.stream:
                 progress.bound = res.bound
+                progress.unsynced = res.unsynced if better else None
             memo[key] = _relative(tasks, *((res.stream, res.start) if better else hint), win.lo)
         rel_stream, rel_start = memo[key]
         for i, v in enumerate(tasks):
@@ -128,7 +132,7 @@ def plan_tasks(
         remaining -= len(tasks)
     return TaskPlan(placed.stream, placed.start, worst_status(progress.statuses), progress.bound,
                     len(parts), progress.reused, progress.greedy, round(progress.wall, 4),
-                    round(progress.det, 4), not progress.hit_wall)
+                    round(progress.det, 4), not progress.hit_wall, progress.unsynced)
 
 
 def _hint(tg: TaskGraph, win: Window, streams: int, rank: list[float],

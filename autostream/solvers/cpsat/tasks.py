@@ -93,8 +93,11 @@ def to_units(us: float, scale: float) -> int:
     return int(math.floor(us * scale + 1e-6))
 
 
-def task_groups(problem: SchedulingProblem, collapse_chains: bool) -> list[list[str]]:
+def task_groups(problem: SchedulingProblem, collapse_chains: bool,
+                merge_zero: bool = True) -> list[list[str]]:
     """The ops of each task (topological order), tasks in a topological order.
+
+    ``merge_zero=False`` keeps zero-duration ops tasks of their own.
 
     >>> g = nx.DiGraph([("a", "v"), ("v", "b"), ("v", "c")])
     >>> nx.set_node_attributes(g, {"a": 1.0, "v": 0.0, "b": 1.0, "c": 1.0}, "duration")
@@ -106,9 +109,10 @@ def task_groups(problem: SchedulingProblem, collapse_chains: bool) -> list[list[
     leader: dict[str, str] = {}  # op -> the op its task is built around
     for n in problem.topo_order:
         preds = list(g.predecessors(n))
-        leader[n] = leader[preds[0]] if len(preds) == 1 and problem.duration(n) == 0 else n
+        zero = merge_zero and problem.duration(n) == 0
+        leader[n] = leader[preds[0]] if len(preds) == 1 and zero else n
     for n in problem.topo_order:
-        if (leader[n] == n and problem.duration(n) == 0 and g.in_degree(n) == 0
+        if (merge_zero and leader[n] == n and problem.duration(n) == 0 and g.in_degree(n) == 0
                 and g.out_degree(n) == 1):
             w = next(iter(g.successors(n)))
             if leader[w] != n:  # else n leads zero-duration ops of its own
@@ -153,12 +157,14 @@ def build_tasks(
     collapse_chains: bool = False,
     shares: bool = True,
     capacity_factor: float = 1.0,
+    merge_zero: bool = True,
 ) -> TaskGraph:
     """The integer task graph of ``problem``.
 
     ``shares=False`` drops the device shares (contention left to the simulator);
     ``capacity_factor > 1`` lets the model oversubscribe the device by that factor
-    (the simulator's processor sharing then slows the overlapping ops down).
+    (the simulator's processor sharing then slows the overlapping ops down);
+    ``merge_zero=False`` keeps every zero-duration op a task of its own.
 
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
     >>> nx.set_node_attributes(g, {"a": 1.25, "b": 2.0, "c": 0.0}, "duration")
@@ -167,7 +173,7 @@ def build_tasks(
     ((('a', 'c'), ('b',)), (125, 200), 100.0, True)
     """
     scale = time_scale(problem)
-    groups = task_groups(problem, collapse_chains)
+    groups = task_groups(problem, collapse_chains, merge_zero)
     task_of = {n: k for k, group in enumerate(groups) for n in group}
     tg = nx.DiGraph()
     tg.add_nodes_from(range(len(groups)))
