@@ -78,7 +78,7 @@ class AutoStreamPass:
     max_streams: int = 2
     solver: str = "cpsat"
     cost_table: str | None = None
-    time_limit: float = 5.0
+    time_limit: float | None = None
     reports: list[PassReport] = field(default_factory=list, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -37,13 +37,14 @@ class PlanOptions:
     max_streams: int = 2
     solver: str = "cpsat"
     cost_table: str | None = None
-    time_limit: float = 5.0
+    #: seconds the solver may search (``None``: the solver's own, by the graph's size)
+    time_limit: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.max_streams, bool) or not isinstance(self.max_streams, int) or self.max_streams < 1:
             raise ValueError(f"max_streams must be an integer >= 1, got {self.max_streams!r}")
         check_solver_name(self.solver)
-        if not self.time_limit > 0:
+        if self.time_limit is not None and not self.time_limit > 0:
             raise ValueError(f"time_limit must be > 0 seconds, got {self.time_limit!r}")
 
 
@@ -156,7 +157,7 @@ def plan_graph(
     schedule, predicted_us = single, single.makespan
     if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
         solver_options: dict[str, Any] = {}
-        if options.solver == "cpsat":
+        if options.solver == "cpsat" and options.time_limit is not None:
             solver_options["time_limit"] = options.time_limit
         candidate = get_solver(options.solver)(split_problem, **solver_options)
         candidate_us = predicted_makespan(split_problem, candidate, op_graph, runtime_op_us,
@@ -250,7 +251,7 @@ def plan_model(
     max_streams: int = 2,
     solver: str = "cpsat",
     cost_table: str | CostModel | None = None,
-    time_limit: float = 5.0,
+    time_limit: float | None = None,
 ) -> Plan:
     """Capture ``model``'s post-AOT graph and plan it (the largest graph if Dynamo splits it).
 

@@ -31,14 +31,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--streams", type=int, default=4, help="maximum number of streams (default 4)")
     p.add_argument("--solver", default="cpsat", help="solver name (default cpsat)")
     p.add_argument("--cost-table", default=None, help="cost table name or path (models only)")
-    p.add_argument("--time-limit", type=float, default=10.0,
-                   help="seconds for solvers that search (cpsat); default 10")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="seconds for solvers that search (cpsat); default: by the graph's size")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
                    help="also write the figures as JSON to OUT")
     p.set_defaults(func=run)
 
 
-def plan_stg(path: str, streams: int, solver: str, time_limit: float) -> dict[str, Any]:
+def plan_stg(path: str, streams: int, solver: str, time_limit: float | None) -> dict[str, Any]:
     """Plan an ``.stg`` file; the same figures as ``Plan.summary()`` for a model."""
     from autostream.solvers import solve
     from autostream.stg import read_stg
@@ -48,7 +48,7 @@ def plan_stg(path: str, streams: int, solver: str, time_limit: float) -> dict[st
     t0 = time.perf_counter()
     problem = read_stg(path, streams=streams)
     watch = Stopwatch()
-    options = {"time_limit": time_limit} if solver == "cpsat" else {}
+    options = {"time_limit": time_limit} if solver == "cpsat" and time_limit else {}
     schedule = solve(problem, solver, **options)
     watch.lap("solve")
     syncs = _syncs(problem.graph, schedule) if schedule.streams_used > 1 else []
@@ -102,13 +102,13 @@ def _plain(value: Any) -> bool:
 
 
 def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
-              time_limit: float) -> dict[str, Any]:
+              time_limit: float | None) -> dict[str, Any]:
     """Plan a ``.stg`` file or a model spec and return the summary figures."""
     from autostream.solvers import check_solver_name
 
     if streams < 1:
         raise ValueError(f"--streams must be >= 1, got {streams}")
-    if not time_limit > 0:
+    if time_limit is not None and not time_limit > 0:
         raise ValueError(f"--time-limit must be > 0 seconds, got {time_limit}")
     check_solver_name(solver)
     if spec.endswith(".stg"):
@@ -120,7 +120,7 @@ def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
 
 
 def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table: str | None,
-                  time_limit: float) -> dict[str, Any]:
+                  time_limit: float | None) -> dict[str, Any]:
     """Capture the model's largest graph, run the pass on it (plan, rewrite, verify) and
     return the summary figures; ``pass_seconds`` is all of it but the capture."""
     from autostream.capture import capture_graphs

@@ -77,7 +77,8 @@ def solve(problem: SchedulingProblem, **options: object) -> Schedule:
     cache = PlanCache.from_environment() if opts.cache else None
     if cache is not None and (hit := cache.load(problem, opts)) is not None:
         return _stamp_time(hit, started)
-    schedule = _plan(problem, opts, started)
+    seconds = opts.seconds(len(problem.graph))
+    schedule = _plan(problem, dataclasses.replace(opts, time_limit=seconds), started)
     if cache is not None and schedule.stats.deterministic:
         cache.store(problem, opts, schedule)
     return schedule

@@ -22,10 +22,14 @@ from ortools.sat.python import cp_model
 DET_PER_SECOND = 0.1
 #: a solve's wall-clock cap per second of budget: no solve takes the time of the next
 WALL_FACTOR = 3.0
-#: No solve starts with less wall-clock time than this, and none gets a smaller cap:
-#: OR-Tools 9.15 aborts the whole process (a failed ``CHECK``, not an exception)
-#: when a tiny wall cap stops a hinted interleaved search early.
-MIN_WALL_S = 0.25
+#: the least budget worth an interleaved portfolio: CP-SAT checks its deterministic limit
+#: only between batches of one task per worker (about 0.1 deterministic s each), so a
+#: smaller budget goes to one worker, which checks it all along
+PORTFOLIO_MIN_S = 1.0
+#: No solve gets a smaller wall-clock cap: a small solve stops on its deterministic
+#: limit even on a loaded machine (and OR-Tools 9.15 aborts the whole process, a failed
+#: ``CHECK``, when a tiny wall cap stops a hinted interleaved search early).
+MIN_WALL_S = 1.0
 
 
 def make_solver(budget: float, seed: int, workers: int, wall_left: float = float("inf"),
@@ -39,6 +43,8 @@ def make_solver(budget: float, seed: int, workers: int, wall_left: float = float
     """
     solver = cp_model.CpSolver()
     p = solver.parameters
+    if budget < PORTFOLIO_MIN_S:
+        workers = 1
     p.random_seed = seed
     p.num_workers = workers
     p.interleave_search = workers > 1

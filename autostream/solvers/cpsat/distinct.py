@@ -24,8 +24,8 @@ from autostream.solvers.cpsat.pieces import Piece, core_problem, piece_key, piec
 from autostream.solvers.cpsat.stitch import PieceLayout, stitch
 
 
-#: seconds every distinct piece gets at least, whatever the heavier pieces used
-MIN_PIECE_BUDGET = 0.5
+#: the share of the time every distinct piece gets at least, whatever the others used
+MIN_PIECE_SHARE = 0.1
 #: passes over the pieces: the later ones spend the time left on the pieces whose
 #: plans are not proven optimal
 ROUNDS = 2
@@ -74,9 +74,10 @@ def _plan_round(problem: SchedulingProblem, first: dict[str, Piece], weight: dic
     remaining = sum(weight[k] for k in todo)
     for k in todo:
         left = opts.time_limit - _det_used(plans.values()) / DET_PER_SECOND
-        if k in plans and left < MIN_PIECE_BUDGET:
+        least = MIN_PIECE_SHARE * opts.time_limit
+        if k in plans and left < least:
             continue
-        budget = max(left * weight[k] / remaining, MIN_PIECE_BUDGET)
+        budget = max(left * weight[k] / remaining, least)
         plans[k] = _plan_one(problem, first[k], budget, opts,
                              wall_share(deadline, weight[k], remaining), plans.get(k))
         remaining -= weight[k]

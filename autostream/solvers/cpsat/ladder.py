@@ -144,7 +144,7 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
         if plan.found:
             candidates[mode.name] = _schedule(problem, tg, plan)
         else:
-            log.warning("cpsat: CP-SAT found no plan for a %d-op piece (%s, %s); using its "
+            log.info("cpsat: CP-SAT found no plan for a %d-op piece (%s, %s); using its "
                         "warm start", len(problem.graph), plan.status, mode.name)
         if own_bound:
             bound, proven, resolution = _proven(bound, tg, plan)

@@ -33,7 +33,7 @@ from itertools import pairwise
 
 from ortools.sat.python import cp_model
 
-from autostream.solvers.cpsat.clock import DET_PER_SECOND, MIN_WALL_S, hit_wall, make_solver
+from autostream.solvers.cpsat.clock import DET_PER_SECOND, hit_wall, make_solver
 from autostream.solvers.cpsat.tasks import TaskGraph
 from autostream.solvers.cpsat.windows import Window
 
@@ -315,7 +315,7 @@ def solve_window(
     first = _first_solve(tg, win, streams, hint, limits, horizon, mk_floor, machines)
     if not first.stream or limits.sync_budget <= 0 or streams <= 1:
         return first
-    if limits.wall_left - first.wall < MIN_WALL_S:  # no time left: the wall clock decided
+    if limits.wall_left - first.wall <= 0:  # no time left: the wall clock decided
         return _replace(first, hit_wall=True)
     return _sync_solve(tg, win, streams, limits, first, mk_floor)
 

@@ -9,6 +9,11 @@ from dataclasses import dataclass
 from autostream.solvers.base import check_options
 
 CONTENTION_MODES = ("auto", "blocking", "relaxed")
+#: the time a solve gets without ``time_limit``: ``AUTO_BASE_S + AUTO_PER_OP_S`` per op, at
+#: most ``AUTO_MAX_S`` (pieces that prove optimal stop far sooner)
+AUTO_BASE_S = 0.1
+AUTO_PER_OP_S = 0.001
+AUTO_MAX_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -22,8 +27,9 @@ class CpsatOptions:
     """
 
     #: the most seconds the whole solve may take (CP-SAT's deterministic clock, with a
-    #: wall-clock cap); a solve that proves its pieces optimal stops earlier
-    time_limit: float = 10.0
+    #: wall-clock cap); ``None``: in proportion to the graph's size (see ``seconds``).
+    #: A solve that proves its pieces optimal stops earlier.
+    time_limit: float | None = None
     #: the most tasks one CP-SAT model holds; larger pieces are solved window by window
     window: int = 150
     seed: int = 0
@@ -42,9 +48,11 @@ class CpsatOptions:
     cache: bool = True
 
     def __post_init__(self) -> None:
-        if isinstance(self.time_limit, bool) or not isinstance(self.time_limit, (int, float)) \
-                or not self.time_limit > 0:
-            raise ValueError(f"time_limit must be a number of seconds > 0, got {self.time_limit!r}")
+        if self.time_limit is not None and (
+                isinstance(self.time_limit, bool) or not isinstance(self.time_limit, (int, float))
+                or not self.time_limit > 0):
+            raise ValueError(f"time_limit must be a number of seconds > 0 (or None: by the "
+                             f"graph's size), got {self.time_limit!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 2:
             raise ValueError(f"window must be an integer >= 2, got {self.window!r}")
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
@@ -54,6 +62,16 @@ class CpsatOptions:
         if self.contention not in CONTENTION_MODES:
             raise ValueError(f"contention must be 'auto', 'blocking' or 'relaxed', got "
                              f"{self.contention!r}")
+
+    def seconds(self, ops: int) -> float:
+        """The time a solve of ``ops`` ops gets: ``time_limit``, or by size without it.
+
+        >>> CpsatOptions().seconds(400), CpsatOptions(time_limit=2.0).seconds(400)
+        (0.5, 2.0)
+        """
+        if self.time_limit is not None:
+            return float(self.time_limit)
+        return min(AUTO_BASE_S + AUTO_PER_OP_S * ops, AUTO_MAX_S)
 
     @classmethod
     def from_options(cls, options: Mapping[str, object]) -> CpsatOptions:

@@ -20,7 +20,7 @@ import networkx as nx
 
 from autostream.problem import SchedulingProblem
 from autostream.solvers import heft
-from autostream.solvers.cpsat.clock import DET_PER_SECOND, MIN_WALL_S
+from autostream.solvers.cpsat.clock import DET_PER_SECOND
 from autostream.schedule import Schedule
 from autostream.solvers.cpsat.model import (
     SolveLimits,
@@ -104,7 +104,7 @@ def plan_tasks(
         key = win.key(tg)
         if key in memo:
             progress.reused += 1
-        elif deadline - time.perf_counter() < MIN_WALL_S:  # out of time: the greedy plan
+        elif deadline <= time.perf_counter():  # out of time: the greedy plan
             memo[key] = _relative(tasks, *greedy_window(tg, win, streams, rank), win.lo)
             progress.greedy += 1
             progress.hit_wall = True  # the wall clock chose the greedy plan
