@@ -182,3 +182,12 @@ def test_bad_problems_are_rejected_with_the_reason():
     g.add_node("a", duration=-1.0)
     with pytest.raises(ValueError, match="'a'.*duration"):
         SchedulingProblem(g, streams=2)
+
+
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_a_misspelt_option_is_rejected_by_name(name):
+    g = nx.DiGraph([("a", "b")])
+    nx.set_node_attributes(g, 1.0, "duration")
+    p = SchedulingProblem(g, streams=2)
+    with pytest.raises(ValueError, match=rf"solver '{name}' has no option 'time_limt'"):
+        solve(p, name, time_limt=1.0)

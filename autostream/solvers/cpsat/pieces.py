@@ -124,8 +124,8 @@ class _Cutter:
         for i in range(self.n):
             placed = self.placed >> i & 1
             follows = not self.after_cut or self.after_cut >> i & 1
-            if placed or not follows:
-                continue
+            if placed or not follows or self.r.head[i] + self.d[i] <= 0:
+                continue  # an op that ends at time 0 cuts nothing: it would only move ops
             if self.strict and self.full & ~self.r.anc[i] & ~self.r.desc[i] & ~self.placed:
                 continue
             before = self._moved_before(i)
