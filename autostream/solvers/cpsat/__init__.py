@@ -39,7 +39,7 @@ from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_
 from autostream.solvers.base import schedule_from_assignment
 from autostream.solvers.cpsat.bounds import pieces_lower_bound
 from autostream.solvers.cpsat.cache import PlanCache
-from autostream.solvers.cpsat.clock import DET_PER_SECOND
+from autostream.solvers.cpsat.clock import DET_PER_SECOND, WALL_FACTOR
 from autostream.solvers.cpsat.distinct import plan_distinct
 from autostream.solvers.cpsat.ladder import LADDER, PiecePlan, best_candidate, plan_piece
 from autostream.solvers.cpsat.options import OPTIONS, CpsatOptions
@@ -78,16 +78,19 @@ def solve(problem: SchedulingProblem, **options: object) -> Schedule:
     if cache is not None and (hit := cache.load(problem, opts)) is not None:
         return _stamp_time(hit, started)
     seconds = opts.seconds(len(problem.graph))
-    schedule = _plan(problem, dataclasses.replace(opts, time_limit=seconds), started)
+    # a time_limit is the user's wall-clock limit too; the budget by size only a budget
+    wall = seconds if opts.time_limit is not None else WALL_FACTOR * seconds
+    deadline = _deadline(problem, wall, started)
+    schedule = _plan(problem, dataclasses.replace(opts, time_limit=seconds), started, deadline)
     if cache is not None and schedule.stats.deterministic:
         cache.store(problem, opts, schedule)
     return schedule
 
 
-def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float) -> Schedule:
+def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float,
+          deadline: float) -> Schedule:
     """The named steps of a solve (see the module docstring)."""
     pieces = _pieces(problem, opts)
-    deadline = _deadline(problem, opts, started)
     planned = plan_distinct(problem, pieces, opts, deadline)
     plans = list(planned.plans)
     candidates: dict[str, Schedule] = {}
@@ -140,11 +143,11 @@ def _pieces(problem: SchedulingProblem, opts: CpsatOptions) -> list[Piece]:
     return cut_into_pieces(problem)
 
 
-def _deadline(problem: SchedulingProblem, opts: CpsatOptions, started: float) -> float:
+def _deadline(problem: SchedulingProblem, seconds: float, started: float) -> float:
     """When the searches must stop (wall clock): the Python work after them (the
-    baselines, simulating the candidates) stays inside ``time_limit``."""
-    reserve = min(0.25 * opts.time_limit, 0.2 + 2e-4 * len(problem.graph))
-    return started + opts.time_limit - reserve
+    baselines, simulating the candidates) stays inside ``seconds``."""
+    reserve = min(0.25 * seconds, 0.2 + 2e-4 * len(problem.graph))
+    return started + seconds - reserve
 
 
 def _finish(problem: SchedulingProblem, candidates: dict[str, Schedule], best: str,
