@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import os
 import sys
 import tempfile
@@ -52,8 +53,8 @@ def run_case(name: str, gm, table: str, streams: int):
     from autostream.passes import AutoStreamPass
 
     stream_pass = AutoStreamPass(max_streams=streams, cost_table=table)
-    first = stream_pass.apply(copy.deepcopy(gm))
-    again = stream_pass.apply(copy.deepcopy(gm))
+    first = stream_pass.apply(_fresh(gm))
+    again = stream_pass.apply(_fresh(gm))
     plan, s = first.plan, first.plan.schedule
     same = dict(s.stream_of) == dict(again.plan.schedule.stream_of)
     stats = s.stats
@@ -62,6 +63,14 @@ def run_case(name: str, gm, table: str, streams: int):
                 again.summary()["pass_seconds"], same, s.makespan,
                 getattr(stats, "heft_us", s.makespan), s.lower_bound,
                 bool(getattr(stats, "proven", False)), len(plan.syncs))
+
+
+def _fresh(gm):
+    """A copy of the captured graph, the garbage of earlier copies collected (so that no
+    pass pays for another's)."""
+    out = copy.deepcopy(gm)
+    gc.collect()
+    return out
 
 
 def zoo_table(cases: list[Case]) -> str:

@@ -23,7 +23,6 @@ from autostream.solvers.cpsat.options import CpsatOptions
 from autostream.solvers.cpsat.pieces import Piece, core_problem, piece_key, piece_problem
 from autostream.solvers.cpsat.stitch import PieceLayout, stitch
 
-
 #: the share of the time every distinct piece gets at least, whatever the others used
 MIN_PIECE_SHARE = 0.1
 #: passes over the pieces: the later ones spend the time left on the pieces whose

@@ -32,7 +32,7 @@ from autostream.solvers import heft, single
 from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_edges
 from autostream.solvers.base import schedule_from_assignment
 from autostream.solvers.cpsat.bounds import graham_by_pieces
-from autostream.solvers.cpsat.clock import wall_share
+from autostream.solvers.cpsat.clock import DET_PER_SECOND, wall_share
 from autostream.solvers.cpsat.local_search import improve
 from autostream.solvers.cpsat.options import CpsatOptions
 from autostream.solvers.cpsat.task_plan import TaskPlan, plan_tasks
@@ -54,7 +54,8 @@ EXACT = Mode("cpsat", math.inf, False)  # no overlap can exceed the capacity
 BLOCKING = Mode("cpsat", 1.0, False)
 LADDER = (BLOCKING, Mode("cpsat_x1.5", 1.5, True), Mode("cpsat_relaxed", math.inf, True))
 _RELAXED = LADDER[-1]
-#: the share of a piece's time its separate bound solve gets
+#: the share of a piece's time its separate bound solve gets at least (it also gets
+#: what the plan's solves left)
 BOUND_SHARE = 0.3
 #: the share of a piece's time the local search on the simulator gets, and how many
 #: op simulations it counts per second (a 100-op plan simulates in about a millisecond)
@@ -151,7 +152,9 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
     if prove:
         tg = _tasks(core, EXACT, opts.window)
         if len(tg) <= opts.window:
-            plan = plan_tasks(tg, core.streams, budget * BOUND_SHARE,
+            used = sum(x.deterministic_time for x in searches) / DET_PER_SECOND
+            left = max(budget * BOUND_SHARE, budget * (1 - SEARCH_SHARE) - used)
+            plan = plan_tasks(tg, core.streams, left,
                               dataclasses.replace(opts, sync_share=0.0),
                               deadline=wall_share(deadline, BOUND_SHARE, BOUND_SHARE + SEARCH_SHARE))
             searches.append(plan)

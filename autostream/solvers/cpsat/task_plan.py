@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import networkx as nx
 
 from autostream.problem import SchedulingProblem
+from autostream.schedule import Schedule
 from autostream.solvers import heft
 from autostream.solvers.cpsat.clock import DET_PER_SECOND
-from autostream.schedule import Schedule
 from autostream.solvers.cpsat.model import (
     SolveLimits,
     WindowResult,
