@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
 from autostream.dialects.torchair import is_stream_op
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
@@ -43,6 +44,14 @@ class PassReport:
             out["stage_seconds"] = stages.as_dict()
             out["pass_seconds"] = round(stages.total, 4)
         return out
+
+
+def _memory_note(plan: Plan) -> str:
+    m = plan.memory
+    if m is None:
+        return ""
+    return (f", predicted peak {format_bytes(m.peak_bytes)} ({100 * m.increase:+.1f}% over "
+            "one stream)")
 
 
 def hand_tagged(graph: torch.fx.Graph) -> str | None:
@@ -79,17 +88,22 @@ class AutoStreamPass:
     solver: str = "cpsat"
     cost_table: str | None = None
     time_limit: float | None = None
+    #: a fraction of the single-stream peak (``0.1``), a size (``"512MiB"``) or both
+    #: (``"10%,2MiB"``: the larger); ``None``: no budget (``autostream.budget``)
+    max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
     reports: list[PassReport] = field(default_factory=list, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         self.options()  # validate eagerly: bad options fail where they are written
 
     def options(self) -> PlanOptions:
-        return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit)
+        return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit,
+                           self.max_memory_increase)
 
     def digest(self) -> str:
         """A stable digest of the options (TorchAir hashes passes into its cache key)."""
-        text = f"{_VERSION}|{self.max_streams}|{self.solver}|{self.cost_table}|{self.time_limit}"
+        text = (f"{_VERSION}|{self.max_streams}|{self.solver}|{self.cost_table}|{self.time_limit}"
+                f"|{self.max_memory_increase!r}")
         return hashlib.sha256(text.encode()).hexdigest()
 
     def uuid(self) -> str:
@@ -140,7 +154,7 @@ class AutoStreamPass:
             True,
             f"{plan.schedule.streams_used} streams, {len(plan.syncs)} syncs, predicted "
             f"{plan.predicted_us:.1f} us vs {plan.single_stream_us:.1f} us on one stream "
-            f"({plan.predicted_speedup:.2f}x)",
+            f"({plan.predicted_speedup:.2f}x)" + _memory_note(plan),
             plan,
             stages,
         )

@@ -67,6 +67,9 @@ EXPERIMENTS = (
                "What two CPU streams can gain at most per model (two copies of its graph), and "
                "plans run with ops called from Python against traced segments.",
                ("--runs", "5", "--warmup", "1")),
+    Experiment("memory.py", "Peak memory: predicted, measured, budgeted",
+               "Predicted against measured peak memory of multi-stream plans (CPU threads "
+               "runtime), and what the memory budget keeps of the fan-out model's speed-up."),
 )
 
 

@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autostream.cost.calibrate import calibrate_graphs
+    from autostream.calibration import calibrate_graphs, to_device
     from autostream.cost.table import CostTable, median_table
     from autostream.cost.timing import available_device
     from autostream.modelspec import load_model_spec
@@ -54,14 +54,13 @@ def run(args: argparse.Namespace) -> int:
         existing = CostTable.load(args.out, expect_kind=device.type)
 
     from autostream.capture import capture_graphs
-    from autostream.cost.calibrate import _to
 
     graphs = []
     for spec in args.model_spec:
         model, inputs = load_model_spec(spec)
         if device.type != "cpu" and hasattr(model, "to"):
             model = model.to(device)
-        graphs += capture_graphs(model, _to(inputs, device))
+        graphs += capture_graphs(model, to_device(inputs, device))
     tables = [calibrate_graphs(graphs, device, args.warmup, args.repeat,
                                progress=not args.no_progress, models=args.model_spec,
                                threads=args.threads, in_graph=not args.isolated)

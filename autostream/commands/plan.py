@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget, format_bytes
 from autostream.stages import Stopwatch
 
 if TYPE_CHECKING:
@@ -33,6 +34,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cost-table", default=None, help="cost table name or path (models only)")
     p.add_argument("--time-limit", type=float, default=None,
                    help="seconds for solvers that search (cpsat); default: by the graph's size")
+    p.add_argument("--max-memory-increase", default=DEFAULT_MAX_MEMORY_INCREASE, metavar="X",
+                   help="how far the plan's predicted peak memory may rise above one stream's: "
+                   "a fraction (0.1), a size (512MiB), both (10%%,2MiB: the larger) or none; "
+                   f"0 keeps it at one stream's peak (default {DEFAULT_MAX_MEMORY_INCREASE})")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
                    help="also write the figures as JSON to OUT")
     p.set_defaults(func=run)
@@ -102,10 +107,13 @@ def _plain(value: Any) -> bool:
 
 
 def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
-              time_limit: float | None) -> dict[str, Any]:
+              time_limit: float | None,
+              max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
+              ) -> dict[str, Any]:
     """Plan a ``.stg`` file or a model spec and return the summary figures."""
     from autostream.solvers import check_solver_name
 
+    MemoryBudget.parse(max_memory_increase, option="--max-memory-increase")
     if streams < 1:
         raise ValueError(f"--streams must be >= 1, got {streams}")
     if time_limit is not None and not time_limit > 0:
@@ -116,11 +124,14 @@ def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
     from autostream.modelspec import load_model_spec
 
     model, inputs = load_model_spec(spec)
-    return plan_captured(model, inputs, streams, solver, cost_table, time_limit)
+    return plan_captured(model, inputs, streams, solver, cost_table, time_limit,
+                         max_memory_increase)
 
 
 def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table: str | None,
-                  time_limit: float | None) -> dict[str, Any]:
+                  time_limit: float | None,
+                  max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
+                  ) -> dict[str, Any]:
     """Capture the model's largest graph, run the pass on it (plan, rewrite, verify) and
     return the summary figures; ``pass_seconds`` is all of it but the capture."""
     from autostream.capture import capture_graphs
@@ -131,7 +142,8 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
         raise ValueError("torch.compile captured no graph for this model; nothing to plan")
     gm = max(graphs, key=lambda g: len(g.graph.nodes))
     report = AutoStreamPass(max_streams=streams, solver=solver, cost_table=cost_table,
-                            time_limit=time_limit).apply(gm)
+                            time_limit=time_limit,
+                            max_memory_increase=max_memory_increase).apply(gm)
     if report.plan is None:
         raise RuntimeError(f"the model could not be planned: {report.reason}")
     summary = report.summary()
@@ -159,6 +171,7 @@ def describe(spec: str, s: dict[str, Any]) -> str:
         + (f"  (speed-up {s['single_stream_us'] / s['makespan_us']:.2f}x)"
            if s["makespan_us"] > 0 else ""),
         f"  syncs              {s['num_syncs']}",
+        *_memory_lines(s),
         f"  planning time      {s['plan_seconds']:.2f} s",
     ]
     if "pass_seconds" in s:
@@ -168,8 +181,20 @@ def describe(spec: str, s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _memory_lines(s: dict[str, Any]) -> list[str]:
+    if "peak_bytes" not in s:
+        return []
+    single = s["single_stream_peak_bytes"]
+    rise = f"  ({100 * (s['peak_bytes'] / single - 1):+.1f}% over one stream" if single else "  ("
+    limit = s.get("memory_limit_bytes")
+    budget = f", budget {format_bytes(limit)})" if limit is not None else ", no budget)"
+    return [f"  peak memory        {format_bytes(s['peak_bytes'])}{rise}{budget}",
+            f"  one stream's peak  {format_bytes(single)}"]
+
+
 def run(args: argparse.Namespace) -> int:
-    summary = plan_spec(args.spec, args.streams, args.solver, args.cost_table, args.time_limit)
+    summary = plan_spec(args.spec, args.streams, args.solver, args.cost_table, args.time_limit,
+                        args.max_memory_increase)
     print(describe(args.spec, summary))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=2, default=str) + "\n")

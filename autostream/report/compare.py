@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from autostream.memory import GraphMemory, allocation_timeline, predict_memory
 from autostream.problem import SchedulingProblem
 from autostream.report.dot import write_graph
 from autostream.report.gantt import gantt_png
@@ -57,13 +58,16 @@ def plan_solvers(
     *,
     time_limit: float | None = None,
     launch_overhead_us: float = 0.0,
+    memory: GraphMemory | None = None,
 ) -> list[SolverResult]:
     """Run each solver on ``problem``; a failure becomes a row with ``error`` set.
 
     Every plan is replayed with :func:`autostream.simulate.simulate_plan` and its
     syncs; a replayed makespan that differs from the planner's is noted.  With
     ``launch_overhead_us > 0`` the replay with that host launch cost per op is kept in
-    ``SolverResult.overhead_makespan`` (the table then shows it).
+    ``SolverResult.overhead_makespan`` (the table then shows it).  With ``memory``
+    (the graph's tensor sizes), each plan's predicted peak memory is kept in
+    ``SolverResult.memory`` (the table and the Gantt charts then show it).
 
     >>> import networkx as nx
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")]); nx.set_node_attributes(g, 1.0, "duration")
@@ -88,13 +92,16 @@ def plan_solvers(
             continue
         seconds = time.perf_counter() - t0
         syncs, note = syncs_for(problem, schedule)
-        replay = simulate_plan(problem, schedule, syncs).makespan
+        replayed = simulate_plan(problem, schedule, syncs)
+        replay = replayed.makespan
         if abs(replay - schedule.makespan) > 1e-6 * max(1.0, schedule.makespan):
             extra = f"replayed makespan {replay:.1f} us (planner {schedule.makespan:.1f} us)"
             note = f"{note}; {extra}" if note else extra
         overhead = (simulate_plan(problem, schedule, syncs, launch_overhead_us).makespan
                     if launch_overhead_us > 0 else None)
-        results.append(SolverResult(name, schedule, syncs, seconds, None, note, overhead))
+        peak = None if memory is None else predict_memory(
+            memory, schedule, syncs, allocation_timeline(memory, schedule, replayed))
+        results.append(SolverResult(name, schedule, syncs, seconds, None, note, overhead, peak))
     return results
 
 
@@ -146,7 +153,7 @@ def write_reports(
         s, syncs = r.schedule, list(r.syncs)
         label = f"{title}: " if title else ""
         files.gantt[r.solver] = gantt_png(
-            out / f"{r.solver}_gantt.png", problem, s, syncs, kinds=kinds,
+            out / f"{r.solver}_gantt.png", problem, s, syncs, kinds=kinds, memory=r.memory,
             title=f"{label}{r.solver}, {s.makespan:,.1f} us on {s.streams_used} stream(s), "
                   f"{len(syncs)} sync(s)")
         files.trace[r.solver] = write_trace(
