@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
@@ -118,6 +118,32 @@ def contention_modes(problem: SchedulingProblem, contention: str) -> tuple[Mode,
     return {"auto": LADDER, "blocking": (BLOCKING,), "relaxed": (_RELAXED,)}[contention]
 
 
+@dataclass
+class _Found:
+    """What the solves of one piece found so far."""
+
+    candidates: dict[str, Schedule]  # name -> plan of the piece, re-timed by the simulator
+    bound: float  # lower bound of the core's makespan, us
+    searches: list[TaskPlan] = field(default_factory=list)
+    tasks: int = 0
+    proven: bool = False
+    resolution: float = 0.0
+
+    def add(self, tg: TaskGraph, plan: TaskPlan, bounds: bool) -> None:
+        """One search; ``bounds``: its model relaxes the core, so a proof is its bound."""
+        self.searches.append(plan)
+        self.tasks = max(self.tasks, len(tg))
+        if bounds and tg.relaxes and plan.bound is not None and plan.windows == 1:
+            self.bound = max(self.bound, plan.bound / tg.scale)
+            self.proven = self.proven or plan.status == "OPTIMAL"
+            self.resolution = tg.rounding_us
+
+    @property
+    def used(self) -> float:
+        """Seconds of budget the searches used (deterministic clock)."""
+        return sum(x.deterministic_time for x in self.searches) / DET_PER_SECOND
+
+
 def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: float,
                opts: CpsatOptions, deadline: float, warm: Schedule | None = None) -> PiecePlan:
     """Plan ``problem`` within ``budget`` seconds (deterministic clock) and bound ``core``.
@@ -127,46 +153,55 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
     modes = contention_modes(problem, opts.contention)
     own_bound = modes == (EXACT,) and core is problem
     prove = not own_bound and _path_bound(core)
-    plan_budget = budget * (1 - BOUND_SHARE * prove - SEARCH_SHARE)
-    candidates = {"single": single.solve(problem), "heft": heft.solve(problem)}
+    found = _Found({"single": single.solve(problem), "heft": heft.solve(problem)},
+                   core.lower_bound())
     if warm is not None:
-        candidates["warm"] = warm
-    searches: list[TaskPlan] = []
-    tasks = 0
-    bound, proven, resolution = core.lower_bound(), False, 0.0
+        found.candidates["warm"] = warm
+    share = budget * (1 - BOUND_SHARE * prove - SEARCH_SHARE) / len(modes)
     for k, mode in enumerate(modes):
-        tg = _tasks(problem, mode, opts.window)
-        share = plan_budget / len(modes)
-        plan = plan_tasks(tg, problem.streams, share, opts,
-                          lower_bound=_floor(problem, mode, tg), approximate=mode.approximate,
-                          warm=warm, deadline=wall_share(deadline, share, budget - k * share))
-        searches.append(plan)
-        tasks = max(tasks, len(tg))
-        if plan.found:
-            candidates[mode.name] = _schedule(problem, tg, plan)
-        else:
-            log.info("cpsat: CP-SAT found no plan for a %d-op piece (%s, %s); using its "
-                        "warm start", len(problem.graph), plan.status, mode.name)
-        if own_bound:
-            bound, proven, resolution = _proven(bound, tg, plan)
+        _solve_mode(problem, mode, found, share, opts,
+                    wall_share(deadline, share, budget - k * share), warm, own_bound)
     if prove:
-        tg = _tasks(core, EXACT, opts.window)
-        if len(tg) <= opts.window:
-            used = sum(x.deterministic_time for x in searches) / DET_PER_SECOND
-            left = max(budget * BOUND_SHARE, budget * (1 - SEARCH_SHARE) - used)
-            plan = plan_tasks(tg, core.streams, left,
-                              dataclasses.replace(opts, sync_share=0.0),
-                              deadline=wall_share(deadline, BOUND_SHARE, BOUND_SHARE + SEARCH_SHARE))
-            searches.append(plan)
-            bound, proven, resolution = _proven(bound, tg, plan)
-    source = best_candidate(problem, candidates,
+        _prove_core(core, found, max(budget * BOUND_SHARE, budget * (1 - SEARCH_SHARE) - found.used),
+                    opts, wall_share(deadline, BOUND_SHARE, BOUND_SHARE + SEARCH_SHARE))
+    return _best(problem, found, budget * SEARCH_SHARE)
+
+
+def _solve_mode(problem: SchedulingProblem, mode: Mode, found: _Found, budget: float,
+                opts: CpsatOptions, deadline: float, warm: Schedule | None,
+                own_bound: bool) -> None:
+    tg = _tasks(problem, mode, opts.window)
+    plan = plan_tasks(tg, problem.streams, budget, opts, lower_bound=_floor(problem, mode, tg),
+                      approximate=mode.approximate, warm=warm, deadline=deadline)
+    found.add(tg, plan, own_bound and mode.factor == math.inf)
+    if plan.found:
+        found.candidates[mode.name] = _schedule(problem, tg, plan)
+    else:
+        log.info("cpsat: CP-SAT found no plan for a %d-op piece (%s, %s); using its warm start",
+                 len(problem.graph), plan.status, mode.name)
+
+
+def _prove_core(core: SchedulingProblem, found: _Found, budget: float, opts: CpsatOptions,
+                deadline: float) -> None:
+    """The separate bound solve: the exact model of the core without shares."""
+    tg = _tasks(core, EXACT, opts.window)
+    if len(tg) <= opts.window:
+        plan = plan_tasks(tg, core.streams, budget, dataclasses.replace(opts, sync_share=0.0),
+                          deadline=deadline)
+        found.add(tg, plan, bounds=True)
+
+
+def _best(problem: SchedulingProblem, found: _Found, search_seconds: float) -> PiecePlan:
+    """The fastest candidate, improved by the local search when not known to be optimal."""
+    source = best_candidate(problem, found.candidates,
                             ("single", "warm", *(m.name for m in LADDER), "heft"))
-    best = candidates[source]
-    if best.makespan > bound + resolution + 1e-6:  # not known to be optimal: move tasks
-        moved = improve(problem, best, _evaluations(problem, budget * SEARCH_SHARE))
+    best = found.candidates[source]
+    if best.makespan > found.bound + found.resolution + 1e-6:
+        moved = improve(problem, best, _evaluations(problem, search_seconds))
         if moved.makespan < best.makespan:
             best, source = moved, f"{source}+moves"
-    return PiecePlan(best, source, bound, proven, tuple(searches), tasks, resolution)
+    return PiecePlan(best, source, found.bound, found.proven, tuple(found.searches), found.tasks,
+                     found.resolution)
 
 
 def _evaluations(problem: SchedulingProblem, seconds: float) -> int:
@@ -213,15 +248,6 @@ def _ops_schedule(problem: SchedulingProblem, tg: TaskGraph, stream: dict[int, i
     order = tuple(n for v in sorted(stream, key=lambda v: (start[v], v)) for n in tg.members[v])
     stream_of = {n: stream[v] for v in stream for n in tg.members[v]}
     return schedule_from_assignment(problem, stream_of, "cpsat", order=order)
-
-
-def _proven(bound: float, tg: TaskGraph, plan: TaskPlan) -> tuple[float, bool, float]:
-    """``(bound, proven, resolution)``: the better of ``bound`` and the plan's proven
-    one, when its model relaxes the problem."""
-    if not tg.relaxes or plan.bound is None or plan.windows != 1:
-        return bound, False, 0.0
-    proved = plan.bound / tg.scale
-    return max(bound, proved), plan.status == "OPTIMAL", tg.rounding_us
 
 
 def best_candidate(problem: SchedulingProblem, candidates: dict[str, Schedule],
