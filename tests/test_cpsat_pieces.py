@@ -145,3 +145,32 @@ def test_renamed_graphs_get_the_same_plan():
         pytest.skip("CPU too loaded: a wall-clock cap bound before the deterministic limit")
     assert {f"x_{v}": k for v, k in a.stream_of.items()} == dict(b.stream_of)
     assert tuple(f"x_{v}" for v in a.order) == b.order
+
+
+def _hf_problem(layers: int) -> SchedulingProblem:
+    from autostream import hf_zoo
+    from autostream.capture import capture_graphs
+    from autostream.graph import build_op_graph
+    from autostream.planning import build_problem, load_cost_model
+
+    model, inputs = hf_zoo.qwen3_moe(layers=layers)
+    gm = max(capture_graphs(model, inputs), key=lambda g: len(g.graph.nodes))
+    ops = build_op_graph(gm)
+    costs = load_cost_model("ascend910b")
+    estimates = {n: costs.estimate(d["fx"]) for n, d in ops.nodes(data=True)}
+    return build_problem(ops, estimates, 4, costs.sync_latency_us, split=True)
+
+
+@pytest.mark.slow
+def test_a_transformers_model_is_cut_at_its_layers_and_a_deeper_one_adds_only_copies():
+    pytest.importorskip("transformers")
+    two, three = _hf_problem(2), _hf_problem(3)
+    a = solve(two, "cpsat", time_limit=5.0, cache=False)
+    b = solve(three, "cpsat", time_limit=5.0, cache=False)
+    assert b.stats.pieces > a.stats.pieces > 20  # cut at every norm and residual add
+    assert b.stats.pieces_solved == a.stats.pieces_solved  # the new layer is a copy
+    for p, s in ((two, a), (three, b)):
+        assert_valid(p, s)
+        assert s.lower_bound <= s.makespan + 1e-9
+        assert s.makespan < solve(p, "heft").makespan
+        assert s.gap < 0.03
