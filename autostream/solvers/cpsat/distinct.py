@@ -40,16 +40,14 @@ class PiecesPlan:
     resolution: float  # us the integer models may lose to rounding, all pieces together
     plans: tuple[PiecePlan, ...]  # one per distinct piece planned
 
-    @property
-    def proven(self) -> bool:
-        return all(p.proven for p in self.plans)
-
 
 def plan_distinct(problem: SchedulingProblem, pieces: Sequence[Piece], opts: CpsatOptions,
                   deadline: float) -> PiecesPlan:
     """Plan each distinct piece of ``problem`` once within ``opts.time_limit``."""
     keys = [piece_key(problem, p) for p in pieces]
-    first = {k: p for k, p in reversed(list(zip(keys, pieces, strict=True)))}
+    first: dict[str, Piece] = {}
+    for k, p in zip(keys, pieces, strict=True):
+        first.setdefault(k, p)
     copies = Counter(keys)
     weight = {k: copies[k] * len(first[k].ops) for k in first if len(first[k].own) > 1}
     plans: dict[str, PiecePlan] = {}
