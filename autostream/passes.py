@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
 from autostream.dialects.torchair import is_stream_op
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
+from autostream.stages import StageTimes, Stopwatch
 from autostream.verify import verify_rewrite
 
 log = logging.getLogger("autostream")
@@ -29,11 +31,18 @@ class PassReport:
     applied: bool
     reason: str
     plan: Plan | None = None
+    #: seconds per stage: the plan's, then rewriting and verifying the graph (``None``:
+    #: the graph was not rewritten, the plan's own stages are all there is)
+    stages: StageTimes | None = None
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"applied": self.applied, "reason": self.reason, "graph_nodes": self.graph_nodes}
         if self.plan is not None:
             out.update(self.plan.summary())
+        stages = self.stages or (self.plan.stages if self.plan is not None else None)
+        if stages is not None:
+            out["stage_seconds"] = stages.as_dict()
+            out["pass_seconds"] = round(stages.total, 4)
         return out
 
 
@@ -78,7 +87,7 @@ class AutoStreamPass:
     max_streams: int = 2
     solver: str = "cpsat"
     cost_table: str | None = None
-    time_limit: float = 5.0
+    time_limit: float | None = None
     #: a fraction of the single-stream peak (``0.1``), a size (``"512MiB"``) or both
     #: (``"10%,2MiB"``: the larger); ``None``: no budget (``autostream.budget``)
     max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
@@ -128,14 +137,18 @@ class AutoStreamPass:
         if plan.is_single_stream:
             why = plan.notes[0] if plan.notes else "no parallelism worth a second stream"
             return PassReport(nodes, False, f"left unchanged: {why}", plan)
+        watch = Stopwatch()
         try:
             rewrite_graph(gm, plan.schedule, plan.syncs)
+            watch.lap("rewrite")
             verify_rewrite(gm, plan.op_graph).raise_if_failed()
+            watch.lap("verify")
         except Exception as exc:
             restore(gm.graph, snap)
             gm.recompile()
             log.debug("rewrite failed", exc_info=True)
             return PassReport(nodes, False, f"left unchanged: rewrite rejected: {type(exc).__name__}: {exc}", plan)
+        stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
         return PassReport(
             nodes,
             True,
@@ -143,4 +156,5 @@ class AutoStreamPass:
             f"{plan.predicted_us:.1f} us vs {plan.single_stream_us:.1f} us on one stream "
             f"({plan.predicted_speedup:.2f}x)" + _memory_note(plan),
             plan,
+            stages,
         )
