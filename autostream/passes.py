@@ -13,6 +13,7 @@ suite runs with it.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import logging
@@ -31,6 +32,7 @@ from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.dialects.torchair import is_stream_op
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
+from autostream.stages import StageTimes, Stopwatch
 from autostream.verify import verify_rewrite
 from autostream.version import __version__
 
@@ -82,6 +84,9 @@ class PassReport:
     outcome: Outcome
     reason: str
     plan: Plan | None = None
+    #: seconds per stage: the plan's, then rewriting and verifying the graph (``None``:
+    #: the graph was not rewritten, the plan's own stages are all there is)
+    stages: StageTimes | None = None
 
     @property
     def applied(self) -> bool:
@@ -92,6 +97,10 @@ class PassReport:
                                "reason": self.reason, "graph_nodes": self.graph_nodes}
         if self.plan is not None:
             out.update(self.plan.summary())
+        stages = self.stages or (self.plan.stages if self.plan is not None else None)
+        if stages is not None:
+            out["stage_seconds"] = stages.as_dict()
+            out["pass_seconds"] = round(stages.total, 4)
         return out
 
 
@@ -176,7 +185,7 @@ class AutoStreamPass(CustomGraphPass):
     max_streams: int = 2
     solver: str = "cpsat"
     cost_table: str | None = None
-    time_limit: float = 5.0
+    time_limit: float | None = None
     #: a fraction of the single-stream peak (``0.1``), a size (``"512MiB"``) or both
     #: (``"10%,2MiB"``: the larger); ``None``: no budget (``autostream.budget``)
     max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
@@ -272,19 +281,24 @@ class AutoStreamPass(CustomGraphPass):
             why = plan.notes[0] if plan.notes else Outcome.NO_PARALLELISM.value
             return PassReport(nodes, Outcome.NO_PARALLELISM, f"left unchanged: {why}", plan)
         snap = snapshot(gm.graph)
+        watch = Stopwatch()
         try:
             rewrite_graph(gm, plan.schedule, plan.syncs)
+            watch.lap("rewrite")
             verify_rewrite(gm, plan.op_graph).raise_if_failed()
+            watch.lap("verify")
         except Exception as exc:
             restore(gm.graph, snap)
             gm.recompile()
             return _failed(nodes, Outcome.REWRITE_REJECTED, exc, plan)
+        stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
         return PassReport(
             nodes, Outcome.APPLIED,
             f"{plan.schedule.streams_used} streams, {len(plan.syncs)} syncs, predicted "
             f"{plan.predicted_us:.1f} us vs {plan.single_stream_us:.1f} us on one stream "
             f"({plan.predicted_speedup:.2f}x)" + _memory_note(plan),
             plan,
+            stages,
         )
 
 

@@ -17,6 +17,7 @@ from autostream.memory_fit import FitInputs, PlanMemory, RuntimeCosts, evaluate,
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule, Sync
 from autostream.solvers import check_solver_name, get_solver
+from autostream.stages import StageTimes, Stopwatch
 from autostream.sync import compute_syncs
 
 if TYPE_CHECKING:
@@ -39,7 +40,8 @@ class PlanOptions:
     max_streams: int = 2
     solver: str = "cpsat"
     cost_table: str | None = None
-    time_limit: float = 5.0
+    #: seconds the solver may search (``None``: the solver's own, by the graph's size)
+    time_limit: float | None = None
     #: how far the plan's predicted peak may rise above one stream's (``autostream.budget``)
     max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
 
@@ -47,7 +49,7 @@ class PlanOptions:
         if isinstance(self.max_streams, bool) or not isinstance(self.max_streams, int) or self.max_streams < 1:
             raise ValueError(f"max_streams must be an integer >= 1, got {self.max_streams!r}")
         check_solver_name(self.solver)
-        if not self.time_limit > 0:
+        if self.time_limit is not None and not self.time_limit > 0:
             raise ValueError(f"time_limit must be > 0 seconds, got {self.time_limit!r}")
         MemoryBudget.parse(self.max_memory_increase)
 
@@ -73,6 +75,8 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     #: predicted peak memory against one stream's and the budget
     memory: PlanMemory | None = None
+    #: seconds per stage of planning (graph, costs, solve, syncs)
+    stages: StageTimes = StageTimes()
 
     @property
     def predicted_speedup(self) -> float:
@@ -103,6 +107,7 @@ class Plan:
             "num_syncs": len(self.syncs),
             "optimal": self.schedule.optimal,
             "plan_seconds": self.plan_seconds,
+            "stage_seconds": self.stages.as_dict(),
             "cost_sources": str(self.cost_sources),
             **self._memory_summary(),
         }
@@ -156,18 +161,22 @@ def plan_graph(
     is repaired or replaced (:func:`autostream.memory_fit.fit_plan`), never used.
     """
     t0 = time.perf_counter()
+    watch = Stopwatch()
     cost_model = cost_model or load_cost_model(options.cost_table)
+    watch.lap("costs")
     op_graph = build_op_graph(gm)
+    watch.lap("graph")
     estimates = {n: cost_model.estimate(data["fx"]) for n, data in op_graph.nodes(data=True)}
     problem = build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us)
     single = get_solver("single")(problem)
     split_problem = build_problem(op_graph, estimates, options.max_streams,
                                   cost_model.sync_latency_us, split=True)
+    watch.lap("costs")
     costs = RuntimeCosts(float(getattr(cost_model, "runtime_op_us", 0.0)),
                          float(getattr(cost_model, "runtime_call_us", 0.0)),
                          float(getattr(cost_model, "runtime_segment_us", 0.0)))
     solver_options: dict[str, Any] = {}
-    if options.solver == "cpsat":
+    if options.solver == "cpsat" and options.time_limit is not None:
         solver_options["time_limit"] = options.time_limit
     fit = FitInputs(op_graph, split_problem, GraphMemory.from_graph(gm), options.solver,
                     solver_options, costs)
@@ -175,15 +184,18 @@ def plan_graph(
     budget = options.memory_budget
     limit = budget.limit(single_plan.memory.peak_bytes) if budget is not None else None
     notes: list[str] = []
+    watch.lap("syncs")
     if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
-        candidate = evaluate(fit, get_solver(options.solver)(split_problem, **solver_options),
-                             split_problem, how=f"{options.solver} plan")
+        solved = get_solver(options.solver)(split_problem, **solver_options)
+        watch.lap("solve")
+        candidate = evaluate(fit, solved, split_problem, how=f"{options.solver} plan")
         if (candidate.schedule.streams_used > 1
                 and candidate.predicted_us < single.makespan * (1 - MIN_RELATIVE_GAIN)):
             chosen, fit_notes = fit_plan(fit, candidate, single_plan, limit, MIN_RELATIVE_GAIN)
             notes += fit_notes
         else:
             notes.append(_not_faster_note(options.solver, candidate, single, costs))
+    watch.lap("syncs")
     return Plan(
         op_graph=op_graph,
         problem=chosen.problem,
@@ -196,6 +208,7 @@ def plan_graph(
         notes=tuple(notes),
         memory=PlanMemory(chosen.memory.peak_bytes, single_plan.memory.peak_bytes, limit,
                           chosen.memory.reserved_bytes, chosen.memory, chosen.edges, chosen.how),
+        stages=watch.times(),
     )
 
 
@@ -269,7 +282,7 @@ def plan_model(
     max_streams: int = 2,
     solver: str = "cpsat",
     cost_table: str | CostModel | None = None,
-    time_limit: float = 5.0,
+    time_limit: float | None = None,
     max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE,
 ) -> Plan:
     """Capture ``model``'s post-AOT graph and plan it (the largest graph if Dynamo splits it).

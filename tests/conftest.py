@@ -1,5 +1,16 @@
-"""The suite runs strict: a planning or rewrite failure is a bug, raised, never a silent fallback."""
+"""Test-wide settings: the suite runs strict (a planning or rewrite failure is a bug, raised,
+never a silent fallback), and the persistent plan cache lives in each test's own directory."""
+
+from __future__ import annotations
 
 import os
 
+import pytest
+
 os.environ["AUTOSTREAM_STRICT"] = "1"
+
+
+@pytest.fixture(autouse=True)
+def private_plan_cache(tmp_path, monkeypatch):
+    """No test reads plans another test (or the user) stored, and none writes to ~/.cache."""
+    monkeypatch.setenv("AUTOSTREAM_PLAN_CACHE", str(tmp_path / "plans"))

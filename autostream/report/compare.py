@@ -9,7 +9,6 @@ missing or fails gets a row with its error instead of stopping the others), and
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,7 +22,7 @@ from autostream.report.table import SolverResult, markdown_table
 from autostream.report.trace import write_trace
 from autostream.schedule import Schedule, Sync
 from autostream.simulate import Timeline, cross_stream_syncs, simulate_plan
-from autostream.solvers import check_solver_name, get_solver
+from autostream.solvers import check_solver_name, get_solver, solver_options
 
 
 def parse_solvers(text: str) -> list[str]:
@@ -53,20 +52,11 @@ def syncs_for(problem: SchedulingProblem, schedule: Schedule) -> tuple[tuple[Syn
     return tuple(compute_syncs(problem.graph, schedule)), None
 
 
-def _accepted_options(fn: object, options: Mapping[str, object]) -> dict[str, object]:
-    params = inspect.signature(fn).parameters  # type: ignore[arg-type]
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        # ``**_`` swallows everything; only pass what the solver names (or cpsat needs).
-        named = {k for k in params if params[k].kind is not inspect.Parameter.VAR_KEYWORD}
-        return {k: v for k, v in options.items() if k in named}
-    return {k: v for k, v in options.items() if k in params}
-
-
 def plan_solvers(
     problem: SchedulingProblem,
     solvers: Sequence[str],
     *,
-    time_limit: float = 10.0,
+    time_limit: float | None = None,
     launch_overhead_us: float = 0.0,
     memory: GraphMemory | None = None,
 ) -> list[SolverResult]:
@@ -93,7 +83,9 @@ def plan_solvers(
             results.append(SolverResult(name, None, error=f"solver not available ({exc})"))
             continue
         try:
-            schedule = fn(problem, **_accepted_options(fn, {"time_limit": time_limit}))
+            searches = time_limit is not None and "time_limit" in solver_options(name)
+            options = {"time_limit": time_limit} if searches else {}
+            schedule = fn(problem, **options)
         except Exception as exc:  # noqa: BLE001 - one failing solver must not hide the others
             results.append(SolverResult(name, None, plan_seconds=time.perf_counter() - t0,
                                         error=f"{type(exc).__name__}: {exc}"))
