@@ -12,6 +12,7 @@ from autostream.passes import AutoStreamPass, PassReport
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.problem import SchedulingProblem
 from autostream.schedule import JOIN, Schedule, Sync
+from autostream.version import __version__
 
 __all__ = [
     "JOIN",
@@ -23,6 +24,6 @@ __all__ = [
     "SchedulingProblem",
     "Sync",
     "backend",
+    "__version__",
     "plan_graph",
 ]
-__version__ = "0.1.0"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from typing import Any
 
 import torch
@@ -11,9 +13,9 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
+from autostream.call_effects import EffectsUnknown, aot_mutated_inputs
 from autostream.lift import LiftedPlan, LiftError, lift_plan
-from autostream.passes import AutoStreamPass
-from autostream.planning import load_cost_model
+from autostream.passes import AutoStreamPass, PassReport, graph_device, strict
 from autostream.runtime.choice import MeasuredChoice
 from autostream.runtime.select import check_runtime_name, make_runner, select_runtime
 
@@ -52,34 +54,35 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     of plan, eager graph and Inductor, and never loses to plain ``torch.compile``
     by more than the measurement noise.  ``options`` are ``AutoStreamPass`` options
     (``max_streams``, ``solver``, ``cost_table``, ``time_limit``,
-    ``max_memory_increase``: the memory budget, ``autostream.budget``).  The pass object,
-    with its reports, is ``backend(...).autostream_pass``.
+    ``max_memory_increase``: the memory budget, ``autostream.budget``; ``history``); a
+    cost table that cannot be loaded, an unknown option or ``sanitize`` with a
+    runtime it cannot check fail here.  The pass object, with its reports, is
+    ``backend(...).autostream_pass``.
 
     For inference graphs the plan, made on the ATen graph, is lifted to the graph
     Dynamo captured (``autostream.lift``): the streams then run the calls eager mode
     makes, without AOTAutograd's decompositions and wrappers.  Where lifting is
-    refused (mutation, RNG, global state) the ATen graph runs.  One entry per
-    applied plan, a ``LiftedPlan`` or the ``LiftError`` saying why not, is kept in
-    ``backend(...).lifts``.
+    refused (calls whose effects cannot be established, calls that change the
+    thread's state) the ATen graph runs.  One entry per applied plan, a
+    ``LiftedPlan`` or the ``LiftError`` saying why not, is kept in
+    ``backend(...).lifts``; ``backend(...).measured_choices`` and ``lifts`` keep the
+    last ``history`` entries (default 16), like the pass's ``reports``.
 
     >>> model = torch.nn.Linear(4, 4)
     >>> compiled = torch.compile(model, backend=backend(max_streams=2))
     >>> compiled(torch.randn(2, 4)).shape
     torch.Size([2, 4])
     """
-    check_runtime_name(runtime)
-    if fallback not in FALLBACKS:
-        raise ValueError(f"unknown fallback {fallback!r}; choose one of {', '.join(FALLBACKS)}")
-    if measure < 0:
-        raise ValueError(f"measure must be >= 0 (calls per candidate), got {measure}")
+    _check_options(runtime, sanitize, measure, fallback, options)
     stream_pass = AutoStreamPass(**options)
-    choices: list[MeasuredChoice] = []
-    lifts: list[LiftedPlan | LiftError] = []
+    choices: deque[MeasuredChoice] = deque(maxlen=stream_pass.history)
+    lifts: deque[LiftedPlan | LiftError] = deque(maxlen=stream_pass.history)
+    reports: list[PassReport] = []  # the current compile's, one per AOT graph
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
-        stream_pass(gm, example_inputs, None)
-        report = stream_pass.last_report
-        if report is None or not report.applied:
+        report = stream_pass.run(gm, example_inputs)
+        reports.append(report)
+        if not report.applied:
             return make_boxed_func(gm.forward)  # unchanged graph: nothing to run concurrently
         kind = select_runtime(runtime, example_inputs)
         return make_boxed_func(_Lazy(lambda: make_runner(gm, kind, sanitize=sanitize)))
@@ -88,14 +91,20 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
                       ) -> Callable | None:
         """The plan on Dynamo's graph, or ``None`` (then the ATen graph runs)."""
         try:
-            costs = load_cost_model(stream_pass.cost_table)
+            costs = stream_pass.cost_model_for(graph_device(gm.graph, example_inputs))
             lifted = lift_plan(gm, plan, costs.runtime_op_us, costs.runtime_call_us,
-                               costs.runtime_segment_us)
-        except Exception as exc:  # lifting must never break compilation
-            why = exc if isinstance(exc, LiftError) else LiftError(
-                f"lifting failed ({type(exc).__name__}: {exc})")
+                               costs.runtime_segment_us, mutated_inputs=aot_mutated_inputs(gm))
+        except (LiftError, EffectsUnknown) as exc:
+            why = exc if isinstance(exc, LiftError) else LiftError(str(exc))
             lifts.append(why)
             log.info("autostream: plan kept on the ATen graph: %s", why)
+            return None
+        except Exception as exc:  # a bug: visible, and never a broken compilation
+            if strict():
+                raise
+            why = LiftError(f"lifting failed ({type(exc).__name__}: {exc})")
+            lifts.append(why)
+            log.warning("autostream: plan kept on the ATen graph: %s", why)
             return None
         lifts.append(lifted)
         log.info("autostream: %s", lifted.describe())
@@ -105,9 +114,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     aot_compile = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
 
     def compile_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
-        seen = len(stream_pass.reports)
+        reports.clear()
         compiled = aot_compile(gm, example_inputs)
-        reports = stream_pass.reports[seen:]
         if _needs_autograd(gm, example_inputs):
             return compiled
         applied = any(r.applied for r in reports)
@@ -131,6 +139,25 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     compile_fn.measured_choices = choices
     compile_fn.lifts = lifts
     return compile_fn
+
+
+def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,
+                   options: dict[str, Any]) -> None:
+    """Reject what cannot work before anything compiles, naming the fix."""
+    check_runtime_name(runtime)
+    if fallback not in FALLBACKS:
+        raise ValueError(f"unknown fallback {fallback!r}; choose one of {', '.join(FALLBACKS)}")
+    if isinstance(measure, bool) or not isinstance(measure, int) or measure < 0:
+        raise ValueError(f"measure must be >= 0 (an integer: calls per candidate), got {measure!r}")
+    if sanitize and runtime in ("streams", "sequential"):
+        raise ValueError(f"sanitize=True checks the threads runtime, not runtime={runtime!r}; "
+                         f"use runtime='threads' (or 'auto' on CPU inputs), or sanitize=False")
+    allowed = [f.name for f in fields(AutoStreamPass) if f.init]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ValueError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
+                         f"backend() takes runtime, sanitize, measure, fallback and the pass "
+                         f"options {', '.join(allowed)}")
 
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:

@@ -10,6 +10,8 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
+from autostream.call_effects import EffectsUnknown, aot_mutated_inputs
+
 
 @dataclass(frozen=True)
 class CapturedGraph:
@@ -22,6 +24,8 @@ class CapturedGraph:
     args: tuple[object, ...]
     dynamo: torch.fx.GraphModule | None = None
     dynamo_args: tuple[object, ...] = ()
+    #: the ``dynamo`` inputs AOTAutograd found mutated (``None``: unknown)
+    mutated_inputs: frozenset[str] | None = None
 
 
 def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
@@ -46,11 +50,17 @@ def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
         return make_boxed_func(run)
 
     dynamo_graphs: list[tuple[torch.fx.GraphModule, tuple[object, ...]]] = []
+    mutated: list[frozenset[str] | None] = []
     aot = aot_autograd(fw_compiler=keep)
 
     def backend(gm: torch.fx.GraphModule, inputs: Sequence[torch.Tensor]):
         dynamo_graphs.append((gm, tuple(inputs)))
-        return aot(gm, inputs)
+        compiled = aot(gm, inputs)
+        try:
+            mutated.append(aot_mutated_inputs(gm))
+        except EffectsUnknown:
+            mutated.append(None)
+        return compiled
 
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=backend, dynamic=dynamic)
@@ -59,7 +69,8 @@ def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
     torch._dynamo.reset()
     # Under no_grad each Dynamo graph gives exactly one inference graph, in order.
     paired = len(dynamo_graphs) == len(graphs)
-    return [CapturedGraph(gm, args_of.get(i, ()), *(dynamo_graphs[i] if paired else (None, ())))
+    return [CapturedGraph(gm, args_of.get(i, ()),
+                          *((*dynamo_graphs[i], mutated[i]) if paired else (None, (), None)))
             for i, gm in enumerate(graphs)]
 
 

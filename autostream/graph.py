@@ -101,11 +101,15 @@ def writes_inputs_by_name(node: torch.fx.Node) -> bool:
     >>> g = torch.fx.Graph(); x = g.placeholder("x")
     >>> [writes_inputs_by_name(g.call_method(m, (x, 1))) for m in ("add_", "add", "__add__")]
     [True, False, False]
+    >>> writes_inputs_by_name(g.call_function(operator.and_, (x, x)))
+    False
     """
     if node.target in _INPLACE_OPERATORS:
         return True
     if node.kwargs.get("inplace") is True or "out" in node.kwargs:
         return True
+    if getattr(node.target, "__module__", None) in ("_operator", "operator"):
+        return False  # and_, or_, xor_, not_: a keyword's name, not an in-place op
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
     # torch's in-place convention: add_, relu_, copy_, index_put_ (not __dunder__ names)
     return name.endswith("_") and not name.endswith("__")
@@ -114,8 +118,29 @@ def writes_inputs_by_name(node: torch.fx.Node) -> bool:
 def _is_rng(node: torch.fx.Node) -> bool:
     t = node.target
     if isinstance(t, torch._ops.OpOverload):
-        return torch.Tag.nondeterministic_seeded in t.tags
+        return draws_random_numbers(t, node.args, node.kwargs)
     return False
+
+
+def draws_random_numbers(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+    """Whether a call of ``op`` with these arguments draws from the random generator.
+
+    torch tags every op that *may* draw (``nondeterministic_seeded``); the attention
+    kernels draw only for dropout, so one called with ``dropout_p=0`` does not.
+
+    >>> sdpa = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    >>> draws_random_numbers(sdpa, (None, None, None, 0.0), {})
+    False
+    >>> draws_random_numbers(sdpa, (None, None, None, 0.1), {})
+    True
+    """
+    if torch.Tag.nondeterministic_seeded not in op.tags:
+        return False
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.name == "dropout_p":
+            value = args[i] if i < len(args) else kwargs.get("dropout_p", arg.default_value)
+            return not (isinstance(value, (int, float)) and value == 0)
+    return True
 
 
 def op_effects(node: torch.fx.Node) -> OpEffects:

@@ -14,16 +14,21 @@ ATen ops, recomputes the minimal syncs on the Dynamo graph's own dependences and
 rewrites a copy of it.  The rewritten Dynamo graph runs the very calls eager mode
 runs, on the plan's streams.
 
-Lifting is refused (:class:`LiftError`, the plan then stays on the ATen graph) when
-the Dynamo graph's dependences cannot be trusted from its data flow alone: a
-mutation, two or more RNG or side-effecting ops (their order), a module call, or a
-node with no ATen counterpart that does not produce a tensor (global state such as
-``_set_grad_enabled``).
+The Dynamo graph's dependences are its data flow plus what its calls really do
+(:mod:`autostream.call_effects`, from the ATen ops each call dispatches on fake
+tensors): every write of a storage stays ordered against every read and write of it
+(``F.batch_norm`` writing its running statistics, a ``StaticCache``'s
+``index_copy_``), and calls that draw random numbers or have side effects keep their
+program order.  Every input AOTAutograd found mutated must have a call seen writing
+it.  Lifting is refused (:class:`LiftError`, the plan then stays on the ATen graph)
+where that truth cannot be established (a module call, a call the fake run refuses,
+mutations AOTAutograd reports but no call was seen making) and for calls that change
+the thread's state (``_set_grad_enabled``, autocast regions): the ops after them
+depend on it.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -32,13 +37,13 @@ import torch
 import torch.fx
 
 from autostream.budget import format_bytes
-from autostream.graph import (
-    OpGraph,
-    build_op_graph,
-    op_effects,
-    target_name,
-    writes_inputs_by_name,
+from autostream.call_effects import (
+    EFFECTS_KEY,
+    EffectsUnknown,
+    GraphEffects,
+    trace_call_effects,
 )
+from autostream.graph import OpGraph, build_op_graph, target_name
 from autostream.memory import (
     GraphMemory,
     allocation_timeline,
@@ -89,23 +94,38 @@ class LiftedPlan:
                 f"on one stream ({self.predicted_speedup:.2f}x)")
 
 
-def _is_tensorish(value: object) -> bool:
-    if isinstance(value, torch.Tensor):
-        return True
-    if isinstance(value, (list, tuple)) and value:
-        return all(isinstance(v, torch.Tensor) for v in value)
-    return False
+def dynamo_effects(dynamo: torch.fx.GraphModule, mutated_inputs: frozenset[str] | None = None
+                   ) -> GraphEffects:
+    """What every call of ``dynamo`` does, checked against AOTAutograd's mutated inputs.
+
+    Raises :class:`LiftError` where lifting cannot trust it (see the module docstring).
+    """
+    try:
+        effects = trace_call_effects(dynamo)
+    except EffectsUnknown as exc:
+        raise LiftError(f"what the Dynamo graph's calls do is unknown: {exc}") from None
+    for name, call in effects.calls.items():
+        if call.state_change:
+            node = next(n for n in dynamo.graph.nodes if n.name == name)
+            raise LiftError(f"Dynamo node {name!r} ({target_name(node)}) changes the thread's "
+                            f"state ({call.state_change}); the calls after it depend on it")
+    unseen = (mutated_inputs or frozenset()) - effects.written_inputs()
+    if unseen:
+        raise LiftError(f"AOTAutograd found inputs {sorted(unseen)} mutated, but no call of the "
+                        f"Dynamo graph was seen writing them")
+    return effects
 
 
-def _check_dynamo_node(node: torch.fx.Node, has_aten: bool) -> None:
-    where = f"Dynamo node {node.name!r} ({target_name(node)})"
-    if node.op == "call_module":
-        raise LiftError(f"{where} calls a module, whose state changes the graph does not show")
-    if writes_inputs_by_name(node):
-        raise LiftError(f"{where} may mutate its inputs; its data flow is not its dependences")
-    if not has_aten and node.target is not operator.getitem \
-            and not _is_tensorish(node.meta.get("example_value")):
-        raise LiftError(f"{where} has no ATen op and returns no tensor (global state?)")
+def _with_effects(op_graph: OpGraph, effects: GraphEffects) -> OpGraph:
+    """``op_graph`` (data flow) plus the memory and program-order edges of ``effects``."""
+    for u, v in effects.memory_edges():
+        if u != v and not op_graph.has_edge(u, v):
+            op_graph.add_edge(u, v, kind="memory")
+    ordered = [n for n, call in effects.calls.items() if call.ordered]
+    for u, v in zip(ordered, ordered[1:]):
+        if not op_graph.has_edge(u, v):
+            op_graph.add_edge(u, v, kind="effect")
+    return op_graph
 
 
 def _sources(node: torch.fx.Node) -> Iterable[tuple[str, int]]:
@@ -156,32 +176,25 @@ def _aten_groups(plan: Plan, dynamo: torch.fx.GraphModule) -> dict[str, list[str
     names = {n.name: n for n in dynamo.graph.nodes if n.op in ("call_function", "call_method",
                                                                "call_module")}
     groups: dict[str, list[str]] = {}
-    ordered: list[str] = []
     for aten, data in plan.op_graph.nodes(data=True):
-        node = data["fx"]
-        effects = op_effects(node)
-        if effects.writes:
-            raise LiftError(f"ATen op {aten!r} ({data['target']}) mutates memory")
-        if effects.ordered:
-            ordered.append(aten)
-            if len(ordered) > 1:  # their relative order is a dependence data flow does not show
-                raise LiftError(f"ATen ops {ordered[0]!r} and {aten!r} (RNG or side effects) "
-                                f"must keep their program order")
-        source = dynamo_source(node, dynamo.graph, names)
+        source = dynamo_source(data["fx"], dynamo.graph, names)
         if source is not None:
             groups.setdefault(source, []).append(aten)
     return groups
 
 
 def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0.0,
-              runtime_call_us: float = 0.0, runtime_segment_us: float = 0.0) -> LiftedPlan:
+              runtime_call_us: float = 0.0, runtime_segment_us: float = 0.0,
+              mutated_inputs: frozenset[str] | None = None) -> LiftedPlan:
     """Carry ``plan`` (made on the ATen graph AOTAutograd traced from ``dynamo``) to ``dynamo``.
 
     Returns a rewritten copy of ``dynamo`` (``dynamo`` itself is not changed), or
     raises :class:`LiftError`.  Costs of a Dynamo node are the sums of its ATen ops'
     (single-stream and split); ``runtime_op_us``, ``runtime_call_us`` and
     ``runtime_segment_us`` are the runtime's host costs per node, per call and per
-    segment (``autostream.simulate.segment_leaders``).
+    segment (``autostream.simulate.segment_leaders``).  ``mutated_inputs``: the
+    placeholders AOTAutograd found mutated (``call_effects.aot_mutated_inputs``), each
+    of which some call must be seen writing.
 
     >>> from autostream.capture import capture
     >>> from autostream.planning import PlanOptions, plan_graph
@@ -193,15 +206,14 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
     """
     if plan.is_single_stream:
         raise LiftError("the plan uses one stream: nothing to lift")
+    effects = dynamo_effects(dynamo, mutated_inputs)
     groups = _aten_groups(plan, dynamo)
     ops = [n for n in dynamo.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
-    for node in ops:
-        _check_dynamo_node(node, node.name in groups)
     aten_position = {n: i for i, n in enumerate(plan.schedule.order)}
     aten_stream = plan.schedule.stream_of
     single_us = {n: e.duration_us for n, e in plan.estimates.items()}
     split = plan.problem.graph.nodes
-    op_graph = build_op_graph(dynamo)
+    op_graph = _with_effects(build_op_graph(dynamo), effects)
     stream_of: dict[str, int] = {}
     key: dict[str, float] = {}
     moved: list[str] = []
@@ -230,6 +242,9 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
     _check_memory(dynamo, deps, plan, schedule, syncs, timeline)
     predicted_us = timeline.makespan + runtime_call_us
     gm = _copy_module(dynamo)
+    for node in gm.graph.nodes:
+        if node.name in effects.calls:
+            node.meta[EFFECTS_KEY] = effects.calls[node.name]
     rewrite_graph(gm, schedule, syncs)
     verify_rewrite(gm, op_graph).raise_if_failed()
     return LiftedPlan(gm=gm, op_graph=op_graph, schedule=schedule, syncs=syncs, problem=problem,

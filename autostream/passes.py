@@ -1,42 +1,100 @@
-"""The user-facing FX pass: ``config.post_grad_custom_pre_pass = autostream.AutoStreamPass()``."""
+"""The user-facing FX pass: ``config.post_grad_custom_pre_pass = autostream.AutoStreamPass()``.
+
+TorchAir calls it with a ``GraphModule`` and gets the graph rewritten in its stream
+dialect.  Inductor calls it with a ``torch.fx.Graph`` (a ``CustomGraphPass``); Inductor
+cannot run the stream stand-in ops, so there the graph is left unchanged with a
+warning saying so.  Every call ends in a :class:`PassReport` whose :class:`Outcome`
+says what happened; the last ``history`` reports are kept.
+
+``AUTOSTREAM_STRICT=1`` in the environment turns planning and rewrite failures (bugs,
+not bad input) into exceptions instead of a warning and an unchanged graph; the test
+suite runs with it.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import logging
+import os
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.fx
 
+import cost_models
 from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
+from autostream.cost import CostModel
+from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.dialects.torchair import is_stream_op
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
 from autostream.stages import StageTimes, Stopwatch
 from autostream.verify import verify_rewrite
+from autostream.version import __version__
+
+try:  # Inductor's interface for post-grad passes (its cache keys on ``uuid()``)
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+except ImportError:  # pragma: no cover - torch without it
+    CustomGraphPass = object  # type: ignore[assignment,misc]
 
 log = logging.getLogger("autostream")
 
-_VERSION = "autostream-pass-1"
+_VERSION = "autostream-pass-2"
+STRICT_ENV = "AUTOSTREAM_STRICT"
+#: reports (and the backend's measured choices and lifts) kept by default
+DEFAULT_HISTORY = 16
+
+
+def strict() -> bool:
+    """Whether ``AUTOSTREAM_STRICT`` asks for planning and rewrite failures to raise."""
+    return os.environ.get(STRICT_ENV, "") not in ("", "0")
+
+
+class Outcome(enum.Enum):
+    """What the pass did to one graph."""
+
+    APPLIED = "applied"
+    NO_OPS = "no ops to schedule"
+    NO_PARALLELISM = "no parallelism worth a second stream"
+    HAND_TAGGED = "hand-tagged"
+    UNSUPPORTED_COMPILER = "the compiler cannot run stream ops"
+    PLANNING_FAILED = "planning failed"
+    REWRITE_REJECTED = "rewrite rejected"
+
+    @property
+    def log_level(self) -> int:
+        """INFO for the expected outcomes, WARNING for those the user should hear about.
+
+        >>> logging.getLevelName(Outcome.PLANNING_FAILED.log_level)
+        'WARNING'
+        """
+        quiet = (Outcome.APPLIED, Outcome.NO_OPS, Outcome.NO_PARALLELISM)
+        return logging.INFO if self in quiet else logging.WARNING
 
 
 @dataclass(frozen=True)
 class PassReport:
-    """What one call of the pass did to one graph."""
+    """What one call of the pass did to one graph: the outcome, in words, and the plan."""
 
     graph_nodes: int
-    applied: bool
+    outcome: Outcome
     reason: str
     plan: Plan | None = None
     #: seconds per stage: the plan's, then rewriting and verifying the graph (``None``:
     #: the graph was not rewritten, the plan's own stages are all there is)
     stages: StageTimes | None = None
 
+    @property
+    def applied(self) -> bool:
+        return self.outcome is Outcome.APPLIED
+
     def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"applied": self.applied, "reason": self.reason, "graph_nodes": self.graph_nodes}
+        out: dict[str, Any] = {"applied": self.applied, "outcome": self.outcome.value,
+                               "reason": self.reason, "graph_nodes": self.graph_nodes}
         if self.plan is not None:
             out.update(self.plan.summary())
         stages = self.stages or (self.plan.stages if self.plan is not None else None)
@@ -67,13 +125,53 @@ def hand_tagged(graph: torch.fx.Graph) -> str | None:
     return None
 
 
+def load_table(cost_table: str | os.PathLike) -> CostModel:
+    """The cost model of a shipped table name or a table file; a ``ValueError`` naming the
+    table, the problem and the fix when it cannot be found, read or validated.
+
+    >>> load_table("h2OO")
+    Traceback (most recent call last):
+    ...
+    ValueError: cost_table='h2OO': no shipped cost table named 'h2OO'; known: ascend910b, cpu, h200 (or pass a path to a .json table). Fix: pass a shipped table's name (ascend910b, cpu, h200), the path of a table `autostream calibrate` wrote, or no cost_table for the default table of the graph's device.
+    """
+    try:
+        return CostModel.load(cost_table)
+    except (OSError, ValueError) as exc:
+        problem = str(exc) if isinstance(exc, ValueError) else f"cannot be read: {exc}"
+        raise ValueError(
+            f"cost_table={os.fspath(cost_table)!r}: {problem}. Fix: pass a shipped table's "
+            f"name ({', '.join(cost_models.available())}), the path of a table `autostream "
+            f"calibrate` wrote, or no cost_table for the default table of the graph's "
+            f"device.") from None
+
+
+def graph_device(graph: torch.fx.Graph, example_inputs: Any = None) -> str:
+    """The device type of the graph's first tensor input (``"cpu"`` when none says).
+
+    >>> g = torch.fx.Graph(); x = g.placeholder("x"); x.meta["val"] = torch.empty(1, device="meta")
+    >>> graph_device(g)
+    'meta'
+    """
+    for node in graph.find_nodes(op="placeholder"):
+        value = node.meta.get("val", node.meta.get("example_value"))
+        if isinstance(value, torch.Tensor):
+            return value.device.type
+    for value in example_inputs or ():
+        if isinstance(value, torch.Tensor):
+            return value.device.type
+    return "cpu"
+
+
 @dataclass(frozen=True)
-class AutoStreamPass:
+class AutoStreamPass(CustomGraphPass):
     """Plan streams for a post-AOT ATen graph and rewrite it in TorchAir's stream dialect.
 
     Call signature is TorchAir's ``(gm, example_inputs, config)``; the graph is edited
     in place.  A graph the pass cannot handle is left unchanged, with the reason
-    logged and kept in ``reports``.
+    logged and kept in ``reports`` (the last ``history`` of them).  ``cost_table`` (a
+    shipped table's name or a table file) is loaded here: a bad one fails now; without
+    it each graph is planned with the default table of its device
+    (``autostream.cost.defaults``).
 
     >>> p = AutoStreamPass(max_streams=2)
     >>> p == AutoStreamPass(max_streams=2) and hash(p) == hash(AutoStreamPass(max_streams=2))
@@ -91,19 +189,53 @@ class AutoStreamPass:
     #: a fraction of the single-stream peak (``0.1``), a size (``"512MiB"``) or both
     #: (``"10%,2MiB"``: the larger); ``None``: no budget (``autostream.budget``)
     max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
-    reports: list[PassReport] = field(default_factory=list, compare=False, hash=False, repr=False)
+    history: int = DEFAULT_HISTORY
+    reports: deque[PassReport] = field(init=False, compare=False, hash=False, repr=False)
+    _table: CostModel | None = field(init=False, compare=False, hash=False, repr=False)
+    _defaults: dict[str, DefaultTable] = field(init=False, compare=False, hash=False, repr=False)
+    _digest: list[str] = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         self.options()  # validate eagerly: bad options fail where they are written
+        if isinstance(self.history, bool) or not isinstance(self.history, int) \
+                or self.history < 1:
+            raise ValueError(f"history must be an integer >= 1 (reports kept), got "
+                             f"{self.history!r}")
+        table = None if self.cost_table is None else load_table(self.cost_table)
+        object.__setattr__(self, "_table", table)
+        object.__setattr__(self, "_defaults", {})
+        object.__setattr__(self, "_digest", [])
+        object.__setattr__(self, "reports", deque(maxlen=self.history))
 
     def options(self) -> PlanOptions:
         return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit,
                            self.max_memory_increase)
 
+    def cost_model_for(self, device_type: str) -> CostModel:
+        """The user's table, else the default of ``device_type`` (warning once if unmeasured)."""
+        if self._table is not None:
+            return self._table
+        if device_type not in self._defaults:
+            self._defaults[device_type] = choice = default_table(device_type)
+            if choice.warning:
+                log.warning("autostream: %s", choice.warning)
+        return self._defaults[device_type].model
+
     def digest(self) -> str:
-        """A stable digest of the options (TorchAir hashes passes into its cache key)."""
-        text = (f"{_VERSION}|{self.max_streams}|{self.solver}|{self.cost_table}|{self.time_limit}"
-                f"|{self.max_memory_increase!r}")
+        """A digest of the options, the cost tables' content and the package version
+        (TorchAir and Inductor key their compile caches on it)."""
+        if not self._digest:
+            self._digest.append(self._compute_digest())
+        return self._digest[0]
+
+    def _compute_digest(self) -> str:
+        if self._table is not None:
+            tables = self._table.table.digest()
+        else:
+            tables = ",".join(f"{device}={CostModel.load(name).table.digest()}"
+                              for device, name in sorted(DEFAULT_TABLES.items()))
+        text = (f"{_VERSION}|{__version__}|{self.max_streams}|{self.solver}|{tables}|"
+                f"{self.time_limit}|{self.max_memory_increase!r}")
         return hashlib.sha256(text.encode()).hexdigest()
 
     def uuid(self) -> str:
@@ -114,29 +246,41 @@ class AutoStreamPass:
     def last_report(self) -> PassReport | None:
         return self.reports[-1] if self.reports else None
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any = None, config: Any = None) -> None:
-        report = self.apply(gm)
-        self.reports.append(report)
-        hand_tagged_graph = "hand-tagged" in report.reason
-        log.log(logging.WARNING if hand_tagged_graph else logging.INFO, "autostream pass on %d-node graph: %s", report.graph_nodes, report.reason)
+    def __call__(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None,
+                 config: Any = None) -> None:
+        self.run(gm, example_inputs)
 
-    def apply(self, gm: torch.fx.GraphModule) -> PassReport:
-        """Plan and rewrite ``gm``; never raises for a graph it cannot handle."""
+    def run(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None
+            ) -> PassReport:
+        """Apply the pass, keep and log the report, and return it."""
+        report = self.apply(gm, example_inputs)
+        self.reports.append(report)
+        log.log(report.outcome.log_level, "autostream pass on %d-node graph: %s",
+                report.graph_nodes, report.reason)
+        return report
+
+    def apply(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None
+              ) -> PassReport:
+        """Plan and rewrite ``gm``; never raises for a graph it cannot handle (unless strict)."""
+        if not isinstance(gm, torch.fx.GraphModule):
+            return _unsupported(gm)
         nodes = len(gm.graph.nodes)
         tagged = hand_tagged(gm.graph)
         if tagged:
-            return PassReport(nodes, False, f"left unchanged: {tagged} (hand-tagged graphs are respected)")
-        snap = snapshot(gm.graph)
+            return PassReport(nodes, Outcome.HAND_TAGGED,
+                              f"left unchanged: {tagged} (hand-tagged graphs are respected)")
         try:
-            plan = plan_graph(gm, self.options())
+            costs = self.cost_model_for(graph_device(gm.graph, example_inputs))
+            plan = plan_graph(gm, self.options(), costs)
         except Exception as exc:  # the pass must never break compilation
-            log.debug("planning failed", exc_info=True)
-            return PassReport(nodes, False, f"left unchanged: planning failed: {type(exc).__name__}: {exc}")
+            return _failed(nodes, Outcome.PLANNING_FAILED, exc)
         if plan.op_graph.number_of_nodes() == 0:
-            return PassReport(nodes, False, "left unchanged: the graph has no ops to schedule", plan)
+            return PassReport(nodes, Outcome.NO_OPS,
+                              "left unchanged: the graph has no ops to schedule", plan)
         if plan.is_single_stream:
-            why = plan.notes[0] if plan.notes else "no parallelism worth a second stream"
-            return PassReport(nodes, False, f"left unchanged: {why}", plan)
+            why = plan.notes[0] if plan.notes else Outcome.NO_PARALLELISM.value
+            return PassReport(nodes, Outcome.NO_PARALLELISM, f"left unchanged: {why}", plan)
+        snap = snapshot(gm.graph)
         watch = Stopwatch()
         try:
             rewrite_graph(gm, plan.schedule, plan.syncs)
@@ -146,15 +290,33 @@ class AutoStreamPass:
         except Exception as exc:
             restore(gm.graph, snap)
             gm.recompile()
-            log.debug("rewrite failed", exc_info=True)
-            return PassReport(nodes, False, f"left unchanged: rewrite rejected: {type(exc).__name__}: {exc}", plan)
+            return _failed(nodes, Outcome.REWRITE_REJECTED, exc, plan)
         stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
         return PassReport(
-            nodes,
-            True,
+            nodes, Outcome.APPLIED,
             f"{plan.schedule.streams_used} streams, {len(plan.syncs)} syncs, predicted "
             f"{plan.predicted_us:.1f} us vs {plan.single_stream_us:.1f} us on one stream "
             f"({plan.predicted_speedup:.2f}x)" + _memory_note(plan),
             plan,
             stages,
         )
+
+
+def _failed(nodes: int, outcome: Outcome, exc: Exception, plan: Plan | None = None
+            ) -> PassReport:
+    if strict():
+        raise exc
+    log.debug("autostream: %s", outcome.value, exc_info=True)
+    return PassReport(nodes, outcome,
+                      f"left unchanged: {outcome.value}: {type(exc).__name__}: {exc}", plan)
+
+
+def _unsupported(graph: Any) -> PassReport:
+    if not isinstance(graph, torch.fx.Graph):
+        raise TypeError(f"AutoStreamPass takes a torch.fx.GraphModule (TorchAir) or a "
+                        f"torch.fx.Graph (Inductor), not {type(graph).__name__}")
+    return PassReport(
+        len(graph.nodes), Outcome.UNSUPPORTED_COMPILER,
+        "left unchanged: Inductor cannot run autostream's stream ops (TorchAir's "
+        "scope/record/wait ops); use torch.compile(model, backend='autostream') on CPU or "
+        "CUDA, or register the pass with TorchAir on Ascend")

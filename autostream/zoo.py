@@ -16,6 +16,7 @@ import random
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 __all__ = [
     "ZOO",
@@ -27,6 +28,7 @@ __all__ = [
     "parallel_block",
     "two_branch_gemv",
     "random_dag_model",
+    "running_stats_model",
 ]
 
 
@@ -300,6 +302,36 @@ def random_dag_model(
     """A random DAG-shaped model (for property tests and solver comparisons)."""
     _seeded(6 + seed)
     return RandomDag(seed, ops, width).eval(), (torch.randn(rows, width),)
+
+
+class RunningStats(nn.Module):
+    """Branches reading buffers that a functional batch norm updates in place.
+
+    ``F.batch_norm(..., training=True)`` writes its running mean and variance, and no
+    name in the call says so: the branch reading the mean before it and the one reading
+    it after must stay on either side of the write.
+    """
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.a = nn.Linear(width, width)
+        self.b = nn.Linear(width, width)
+        self.register_buffer("mean", torch.randn(width))
+        self.register_buffer("var", torch.rand(width) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        before = self.mean * 2 + self.a(x).sum(0)
+        h = torch.tanh(self.b(x))
+        normed = F.batch_norm(h, self.mean, self.var, training=True, momentum=0.5)
+        after = self.mean + 1
+        return before, normed, after
+
+
+def running_stats_model(rows: int = 16, width: int = 512) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Two branches around a functional batch norm writing buffers they read (not in ``ZOO``:
+    each call changes the model)."""
+    _seeded(7)
+    return RunningStats(width).eval(), (torch.randn(rows, width),)
 
 
 #: name -> factory of the zoo's named models (random DAGs are parameterised by seed).

@@ -63,6 +63,11 @@ EXPERIMENTS = (
     Experiment("speedup.py", "Measured speed-up",
                "Single stream versus autostream, measured, next to the predicted speed-up.",
                ("--runs", "20", "--warmup", "3")),
+    Experiment("correctness.py", "Correctness sweep",
+               "Every zoo and transformers model x solver x runtime x mode (no_grad, "
+               "inference_mode, autocast bf16, training step) compiled with forced "
+               "multi-stream plans, against eager: mismatches (the target is 0), applied and "
+               "lifted plans."),
     Experiment("overlap.py", "Overlap ceiling and traced segments",
                "What two CPU streams can gain at most per model (two copies of its graph), and "
                "plans run with ops called from Python against traced segments.",

@@ -1,8 +1,13 @@
-"""Test-wide settings: the persistent plan cache lives in each test's own directory."""
+"""Test-wide settings: the suite runs strict (a planning or rewrite failure is a bug, raised,
+never a silent fallback), and the persistent plan cache lives in each test's own directory."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+os.environ["AUTOSTREAM_STRICT"] = "1"
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ import torch.fx
 import autostream
 from autostream.capture import capture
 from autostream.dialects.torchair import air_ops
+from autostream.passes import Outcome
 from autostream.zoo import moe_model, multihead_block
 from tests.helpers import compile_and_compare
 
@@ -49,6 +50,7 @@ def test_hand_tagged_graph_is_left_alone_with_a_warning(caplog):
         p(c.gm, None, None)
     assert _code(c.gm) == before
     assert "already contains stream op" in p.last_report.reason
+    assert p.last_report.outcome is Outcome.HAND_TAGGED
     assert any("already contains stream op" in r.getMessage() for r in caplog.records)
 
 
@@ -95,31 +97,52 @@ def test_unknown_runtime_names_the_allowed_values():
         autostream.backend(runtime="gpu")
 
 
-def test_planning_failure_leaves_graph_unchanged_and_compiles(monkeypatch):
-    def explode(*args, **kwargs):
-        raise RuntimeError("cost table corrupt")
+def _explode(*args, **kwargs):
+    raise RuntimeError("planner bug")
 
-    monkeypatch.setattr("autostream.passes.plan_graph", explode)
+
+def test_planning_failure_leaves_graph_unchanged_and_compiles(monkeypatch, caplog):
+    monkeypatch.delenv("AUTOSTREAM_STRICT")
+    monkeypatch.setattr("autostream.passes.plan_graph", _explode)
     model, inputs = moe_model()
-    report = compile_and_compare(model, inputs, max_streams=2)
-    assert not report.applied and "cost table corrupt" in report.reason
+    with caplog.at_level(logging.WARNING, logger="autostream"):
+        report = compile_and_compare(model, inputs, max_streams=2)
+    assert report.outcome is Outcome.PLANNING_FAILED and "planner bug" in report.reason
+    assert "planner bug" in caplog.text  # not the user's fault, but visible
 
 
-def test_rewrite_rejected_by_verifier_restores_the_original_graph(monkeypatch):
+def test_strict_mode_raises_a_planning_failure(monkeypatch):
+    monkeypatch.setattr("autostream.passes.plan_graph", _explode)
+    [c] = capture(Chain(), (torch.randn(4, 32),))
+    before = _code(c.gm)
+    with pytest.raises(RuntimeError, match="planner bug"):
+        autostream.AutoStreamPass()(c.gm)
+    assert _code(c.gm) == before
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_rewrite_rejected_by_verifier_restores_the_original_graph(monkeypatch, strict):
     # Drop every sync of the plan: the verifier must catch the unordered dependences.
     import dataclasses
 
     import autostream.passes as passes
 
+    if not strict:
+        monkeypatch.delenv("AUTOSTREAM_STRICT")
     planned = passes.plan_graph
-    monkeypatch.setattr(passes, "plan_graph",
-                        lambda gm, options: dataclasses.replace(planned(gm, options), syncs=()))
+    monkeypatch.setattr(passes, "plan_graph", lambda gm, options, *costs: dataclasses.replace(
+        planned(gm, options, *costs), syncs=()))
     model, inputs = moe_model()
     [c] = capture(model, inputs)
     before = _code(c.gm)
     p = autostream.AutoStreamPass(max_streams=3, cost_table="h200")
-    p(c.gm, None, None)
-    assert "rewrite rejected" in p.last_report.reason and "not ordered" in p.last_report.reason
+    if strict:
+        with pytest.raises(Exception, match="not ordered"):
+            p(c.gm, None, None)
+    else:
+        p(c.gm, None, None)
+        assert p.last_report.outcome is Outcome.REWRITE_REJECTED
+        assert "rewrite rejected" in p.last_report.reason and "not ordered" in p.last_report.reason
     assert _code(c.gm) == before
     with torch.no_grad():
         torch.testing.assert_close(c.gm(*c.args)[0], model(*inputs))

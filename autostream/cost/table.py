@@ -12,6 +12,7 @@ corrupt file, an unknown schema version, a negative or missing time raises
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -106,6 +107,16 @@ class CostTable:
             "entries": [asdict(e) for e in sorted(self.entries, key=lambda e: e.key)],
             "skipped": [asdict(s) for s in sorted(self.skipped, key=lambda s: (s.op, s.signature))],
         }
+
+    def digest(self) -> str:
+        """SHA-256 of the table's content (not its file name): a recalibrated table differs.
+
+        >>> t = CostTable.from_profile()
+        >>> t.digest() == CostTable.from_profile().digest() != CostTable.from_profile(
+        ...     replace(GENERIC_CPU, record_wait_us=11.0)).digest()
+        True
+        """
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the table as indented JSON (atomically: a crash leaves the old file)."""

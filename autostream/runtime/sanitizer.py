@@ -11,7 +11,11 @@ Two checks run before every op (and before the graph's output):
   record/wait orders the two.  This flags a missing wait on every run, whatever the
   timing, like ThreadSanitizer.
 
-A correct plan never trips either check: every cross-stream read is preceded by a
+Each side stream also checks, before its first op, that it runs under the caller's
+thread-local state (:class:`~autostream.thread_state.ThreadState`: grad, inference and
+autocast modes).
+
+A correct plan never trips these checks: every cross-stream read is preceded by a
 wait on a record made after the producer finished.
 """
 
@@ -27,6 +31,7 @@ from typing import Literal
 import torch.fx
 
 from autostream.runtime.program import StreamProgram
+from autostream.thread_state import ThreadState
 
 SANITIZE_ENV = "AUTOSTREAM_SANITIZE"
 
@@ -95,6 +100,10 @@ class RaceError(RuntimeError):
                          f"wait on it before the consumer.")
 
 
+class ThreadStateError(RuntimeError):
+    """A stream ran under other thread-local state (grad, inference, autocast) than its caller."""
+
+
 class SanitizerRun:
     """Per-call sanitizer state, shared by the stream threads of one call."""
 
@@ -158,6 +167,15 @@ class SanitizerRun:
         for t in tokens:
             for s, c in self.token_clock[t].items():
                 vc[s] = max(vc.get(s, 0), c)
+
+    def check_state(self, stream: int, expected: ThreadState, actual: ThreadState) -> None:
+        """Stream ``stream`` runs under ``actual``; the caller called under ``expected``."""
+        differences = expected.differences(actual)
+        if differences:
+            raise ThreadStateError(
+                f"stream {stream} runs under other thread-local state than its caller "
+                f"({'; '.join(differences)}): its ops would compute other values, dtypes or "
+                f"tensor kinds")
 
     def output_violations(self) -> list[Violation]:
         return self.violations(self.program.output, 0)

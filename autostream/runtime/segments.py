@@ -27,6 +27,7 @@ run op by op too (a trace may have fixed what the ops computed from them).
 
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 from collections.abc import Sequence
@@ -36,9 +37,13 @@ from typing import Any
 import torch
 import torch.fx
 
+from autostream.call_effects import EFFECTS_KEY
 from autostream.graph import op_effects, target_name, writes_inputs_by_name
 from autostream.runtime.execute import Env, StreamRuntimeError, load, run_node
 from autostream.runtime.program import Step, StreamProgram
+from autostream.thread_state import ThreadState
+
+log = logging.getLogger("autostream")
 
 #: segments shorter than this run op by op (one op already releases the GIL itself)
 MIN_SEGMENT_OPS = 2
@@ -84,6 +89,8 @@ class Segment:
     #: shape and dtype of each input when traced: calls with other inputs, or inputs
     #: recording autograd history, run op by op
     signature: list | None = field(default=None, repr=False)
+    #: the thread state (grad, inference, autocast) it was traced under
+    state: ThreadState | None = field(default=None, repr=False)
 
     @property
     def names(self) -> list[str]:
@@ -94,9 +101,10 @@ def _unsafe_to_repeat(node: torch.fx.Node) -> str | None:
     if node.op == "call_module":
         return f"{node.name!r} calls a module"
     effects = op_effects(node)
-    if effects.writes or writes_inputs_by_name(node):
+    seen = node.meta.get(EFFECTS_KEY)  # what the call was seen doing (lifted graphs)
+    if effects.writes or (seen.writes if seen else writes_inputs_by_name(node)):
         return f"{node.name!r} ({target_name(node)}) may write its inputs"
-    if effects.ordered:
+    if effects.ordered or (seen is not None and seen.ordered):
         return f"{node.name!r} ({target_name(node)}) keeps program order (RNG or side effect)"
     return None
 
@@ -175,7 +183,14 @@ def _runs_to_optimise() -> int:
 def _identical(a: Sequence[Any], b: Sequence[Any]) -> bool:
     return len(a) == len(b) and all(
         isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype
-        and x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b, strict=True))
+        and x.shape == y.shape and x.is_inference() == y.is_inference() and torch.equal(x, y)
+        for x, y in zip(a, b, strict=True))
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception's first line (torch's messages may go on with a whole tensor)."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else ""
 
 
 class SegmentRunner:
@@ -192,7 +207,9 @@ class SegmentRunner:
                 seg.status = why
                 return
 
-    def run(self, seg: Segment, env: Env) -> None:
+    def run(self, seg: Segment, env: Env, state: ThreadState | None = None) -> None:
+        """Run ``seg`` on ``env``; ``state`` is the thread state the call runs under
+        (a function traced under one state runs only under that state)."""
         # Little Python between two segments: while this thread runs it, the other
         # stream's thread, back from its own segment, waits for the GIL.
         try:
@@ -201,7 +218,8 @@ class SegmentRunner:
             args = [load(env, n, seg.steps[0].node) for n in seg.inputs]  # names the op
         compiled = seg.compiled
         if compiled is not None:
-            if _signature(args) != seg.signature or _records_autograd(args):
+            if _signature(args) != seg.signature or state != seg.state \
+                    or _records_autograd(args):
                 self._run_ops(seg, env)  # traced for other inputs: a trace may have fixed them
             else:
                 try:
@@ -214,7 +232,7 @@ class SegmentRunner:
                 else:
                     env.update(zip(seg.outputs, values, strict=True))
         elif seg.status == "pending":
-            self._first_call(seg, args, env)
+            self._first_call(seg, args, env, state)
         else:
             self._run_ops(seg, env)
         for v in seg.release:
@@ -227,10 +245,14 @@ class SegmentRunner:
             except Exception as exc:
                 raise StreamRuntimeError(s.node, seg.stream, exc) from exc
 
-    def _first_call(self, seg: Segment, args: list[Any], env: Env) -> None:
+    def _first_call(self, seg: Segment, args: list[Any], env: Env,
+                    state: ThreadState | None) -> None:
         self._run_ops(seg, env)
         reference = [env[n] for n in seg.outputs]
         seg.status = self._trace(seg, args, reference)
+        seg.state = state
+        if seg.compiled is None:
+            log.debug("autostream: segment %s runs op by op: %s", seg.names, seg.status)
 
     def _trace(self, seg: Segment, args: list[Any], reference: list[Any]) -> str:
         if not all(isinstance(a, torch.Tensor) for a in args):
@@ -243,14 +265,16 @@ class SegmentRunner:
         try:
             with _TRACE_LOCK, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                traced = torch.jit.trace(module, tuple(args), check_trace=False, strict=False)
+                # a plain function, not the module: an FX module whose call fails prints
+                # its generated code and the failing values to stderr
+                traced = torch.jit.trace(lambda *a: module.forward(*a), tuple(args),
+                                         check_trace=False, strict=False)
                 runs = [traced(*args) for _ in range(_runs_to_optimise())]
         except Exception as exc:  # noqa: BLE001 - tracing is an optimisation only
-            return f"torch.jit.trace refused it ({type(exc).__name__}: {exc})"
+            return f"torch.jit.trace refused it ({type(exc).__name__}: {_first_line(exc)})"
         for again in runs:
             again = list(again) if isinstance(again, (tuple, list)) else [again]
             if not _identical(again, reference):
                 return "the traced function's outputs differ from the ops'"
-        # the ScriptMethod itself: nn.Module.__call__ around it costs ~10 us per call
-        seg.compiled, seg.signature = traced.forward, _signature(args)
+        seg.compiled, seg.signature = traced, _signature(args)
         return "traced"

@@ -8,6 +8,11 @@ one call without the GIL afterwards (``autostream.runtime.segments``: small ops
 would otherwise pass the GIL back and forth; ``trace_segments=False`` runs every op
 from Python).
 
+Thread-local state: each worker runs a call under the caller's grad, inference and
+autocast modes (:class:`~autostream.thread_state.ThreadState`); a state that cannot be
+carried to a worker (an active ``TorchDispatchMode``, say) runs the call on the calling
+thread in program order instead, with a warning saying why.
+
 Intra-op threads: ``torch.set_num_threads`` sets the *calling thread's* OpenMP
 thread count (and MKL's thread-local one), so each stream thread sets its own
 count: for the whole call every stream gets ``max(1, budget // streams)``, where
@@ -25,6 +30,7 @@ slower, eager ops of the calling thread included.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -53,6 +59,10 @@ from autostream.runtime.sanitizer import (
     sanitize_from_env,
 )
 from autostream.runtime.segments import Segment, SegmentRunner, split_segments
+from autostream.runtime.sequential import SequentialRunner
+from autostream.thread_state import ThreadState
+
+log = logging.getLogger("autostream")
 
 
 class StreamWaitTimeout(RuntimeError):
@@ -100,6 +110,11 @@ def _stop_all(workers: list[_Worker]) -> None:
             w.thread.join(timeout=5.0)
 
 
+def _state_carried_to_worker(state: ThreadState) -> ThreadState:
+    with state.carried():
+        return ThreadState.capture()
+
+
 def _where(stream: int) -> str:
     return "main stream" if stream == 0 else stream_label(stream)
 
@@ -125,7 +140,8 @@ class _ThreadCounts:
 class _Call:
     """State of one call: environment, events, abort flag, sanitizer."""
 
-    def __init__(self, runner: ThreadsRunner, env: dict, call_index: int, budget: int):
+    def __init__(self, runner: ThreadsRunner, env: dict, call_index: int, budget: int,
+                 state: ThreadState):
         program = runner.program
         self.runner, self.program, self.env = runner, program, env
         self.events = {token: threading.Event() for token in runner.waited}
@@ -137,9 +153,9 @@ class _Call:
         per_stream = runner.intra_op_threads or max(1, budget // max(1, len(program.streams)))
         self.threads = _ThreadCounts(per_stream)
         self.threads.current[0] = budget
-        # Grad mode is thread-local: workers run in the caller's, or an inference call
-        # would record autograd history for parameters on the side streams.
-        self.grad_enabled = torch.is_grad_enabled()
+        # Grad, inference and autocast modes are thread-local: workers run in the
+        # caller's, or a side stream would compute other dtypes or tensor kinds.
+        self.state = state
         config = runner.sanitizer
         self.san = SanitizerRun(config, program, call_index) if config else None
 
@@ -173,19 +189,24 @@ class _Call:
                 self.meter.drop(dropped)
 
     def run_stream(self, stream: int) -> None:
-        with torch.set_grad_enabled(self.grad_enabled):
+        if stream == 0:  # the calling thread
+            self._run_stream(stream)
+            return
+        with self.state.carried():
             self._run_stream(stream)
 
     def _run_stream(self, stream: int) -> None:
         gm, env, san, threads = self.runner.gm, self.env, self.san, self.threads
         segments = self.runner.segments
         try:
+            if san and stream != 0:
+                san.check_state(stream, self.state, ThreadState.capture())
             for step in self.runner.plan_of[stream]:
                 if self.abort.is_set():
                     raise _Aborted()
                 if isinstance(step, Segment):
                     threads.apply(stream)
-                    segments.run(step, env)
+                    segments.run(step, env, self.state)
                 elif step.kind == "op":
                     threads.apply(stream)
                     if san:
@@ -278,6 +299,10 @@ class ThreadsRunner:
         self._lock = threading.Lock()
         self._calls = 0
         self._broken: str | None = None
+        #: caller states the workers cannot be given -> why (``None``: they can)
+        self._refusals: dict[ThreadState, str | None] = {}
+        self._warned: set[str] = set()
+        self._sequential: SequentialRunner | None = None
 
     def _describe_syncs(self) -> tuple[dict[str, str], dict[torch.fx.Node, str]]:
         origin: dict[str, str] = {}
@@ -304,10 +329,14 @@ class ThreadsRunner:
         with self._lock:
             if self._broken:
                 raise RuntimeError(f"runner unusable: {self._broken}")
+            state = ThreadState.capture()
+            refused = self._refusal(state)
+            if refused:
+                return self._on_calling_thread(refused, inputs, quiet=state.checks_only)
             call_index, self._calls = self._calls, self._calls + 1
             env = bind_inputs(self.gm, self.program, inputs)
             caller_threads = torch.get_num_threads()
-            run = _Call(self, env, call_index, caller_threads)
+            run = _Call(self, env, call_index, caller_threads, state)
             futures = {k: w.submit(lambda k=k: run.run_stream(k))
                        for k, w in self._workers.items()}
             errors: list[BaseException] = []
@@ -335,6 +364,30 @@ class ThreadsRunner:
             if run.meter is not None:
                 self.last_memory = run.meter.result()
             return collect_outputs(self.gm, self.program, env)
+
+    def _refusal(self, state: ThreadState) -> str | None:
+        """Why the workers cannot run under the caller's ``state`` (checked once per state)."""
+        if state not in self._refusals:
+            why = state.uncarried()
+            if why is None and self._workers:
+                worker = next(iter(self._workers.values()))
+                got = worker.submit(lambda: _state_carried_to_worker(state)).result(
+                    timeout=self.wait_timeout_s)
+                differences = state.differences(got)
+                if differences:
+                    why = f"a worker thread cannot be given its state ({'; '.join(differences)})"
+            self._refusals[state] = why
+        return self._refusals[state]
+
+    def _on_calling_thread(self, why: str, inputs: tuple[Any, ...], quiet: bool) -> Any:
+        """The whole graph in program order on the calling thread (one stream)."""
+        if why not in self._warned:
+            self._warned.add(why)
+            log.log(logging.DEBUG if quiet else logging.WARNING,
+                    "autostream: running the plan on one thread: %s", why)
+        if self._sequential is None:
+            self._sequential = SequentialRunner(self.gm, self.program)
+        return self._sequential(*inputs)
 
     def _join(self, futures: dict[int, Future]) -> list[BaseException]:
         errors = []

@@ -1,0 +1,155 @@
+"""Correctness sweep: every model x solver x runtime x mode through ``torch.compile``, against eager.
+
+Each case is :func:`autostream.equivalence.check_against_eager`: a deep copy of the model
+compiled with ``autostream.backend(max_streams=2, cost_table="h200", measure=0)`` (the
+H200 table forces multi-stream plans on these small models; ``measure=0`` always runs
+the plan), called three times beside another deep copy run eagerly; outputs (values,
+dtypes, inference tensors), buffers and caches after each call, and gradients in
+training steps must match.  Modes: ``no_grad``, ``inference_mode``, ``autocast_bf16``
+(under ``no_grad``) and ``training`` (a backward pass; models stay in eval mode, so no
+dropout draws random numbers).  Models: the zoo (``autostream.zoo.ZOO``), the zoo's
+``running_stats`` model (a functional batch norm updating buffers other branches read)
+and the transformers zoo (``autostream.hf_zoo``, every cache mode) when ``transformers``
+is installed.
+
+Prints markdown tables: mismatches (the target is 0), applied and lifted plans per
+model and per mode, then every mismatch, every reason a plan was not lifted and the
+cases eager itself cannot run.  Exits 1 when a case mismatches.
+
+    python experiments/correctness.py            # the full sweep (about 40 minutes on 2 cores)
+    python experiments/correctness.py --quick    # a few models, cpsat and heft
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from autostream import hf_zoo, zoo
+from autostream.equivalence import MODES, Check, check_against_eager
+from autostream.solvers import SOLVERS
+
+RUNTIMES = ("threads", "sequential")
+QUICK_MODELS = ("multihead", "running_stats", "llama:decode", "bert:none", "qwen3_moe:prefill")
+QUICK_SOLVERS = ("cpsat", "heft")
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    solver: str
+    runtime: str
+    mode: str
+
+
+@dataclass(frozen=True)
+class Result:
+    case: Case
+    check: Check
+
+
+def models(names: list[str] | None = None) -> dict[str, Callable[[], tuple[Any, tuple]]]:
+    """name -> factory of every model swept (``hf`` models as ``name:cache``)."""
+    out: dict[str, Callable[[], tuple[Any, tuple]]] = {**zoo.ZOO,
+                                                        "running_stats": zoo.running_stats_model}
+    for name in hf_zoo.available():
+        caches = ("none",) if name == "bert" else hf_zoo.CACHE_MODES
+        for cache in caches:
+            out[f"{name}:{cache}"] = lambda name=name, cache=cache: hf_zoo.HF_ZOO[name](cache)
+    if names:
+        unknown = sorted(set(names) - set(out))
+        if unknown:
+            raise SystemExit(f"unknown models {unknown}; known: {', '.join(out)}")
+        out = {n: out[n] for n in names}
+    return out
+
+
+def _row(name: str, results: list[Result]) -> str:
+    ran = [r.check for r in results if not r.check.skipped]
+    return (f"| {name} | {len(ran)} | {sum(bool(c.mismatch) for c in ran)} | "
+            f"{sum(c.applied for c in ran)} | {sum(c.lifted for c in ran)} | "
+            f"{len(results) - len(ran)} |")
+
+
+def table(title: str, groups: dict[str, list[Result]]) -> str:
+    lines = [f"**{title}**", "", "| | cases | mismatches | applied | lifted | skipped |",
+             "|---|---:|---:|---:|---:|---:|"]
+    lines += [_row(name, rs) for name, rs in groups.items()]
+    return "\n".join(lines)
+
+
+def report(results: list[Result], seconds: float) -> str:
+    by_model: dict[str, list[Result]] = {}
+    by_mode: dict[str, list[Result]] = {}
+    for r in results:
+        by_model.setdefault(r.case.model, []).append(r)
+        by_mode.setdefault(r.case.mode, []).append(r)
+    parts = [
+        f"{len(results)} cases in {seconds:.0f} s; `applied`: the plan ran on several streams, "
+        "`lifted`: on the graph Dynamo captured (inference only); `skipped`: eager itself "
+        "raised.", "",
+        table("By model", {**by_model, "**all**": results}), "",
+        table("By mode", by_mode), "",
+    ]
+    bad = [r for r in results if r.check.mismatch]
+    parts += ["**Mismatches**", ""]
+    parts += [f"- {r.case.model} / {r.case.solver} / {r.case.runtime} / {r.case.mode}: "
+              f"{r.check.mismatch}" for r in bad] or ["none"]
+    reasons = Counter(_reason_kind(why) for r in results for why in r.check.not_lifted)
+    parts += ["", "**Applied plans not lifted, by reason**", ""]
+    parts += [f"- {n} x {why}" for why, n in reasons.most_common()] or ["none"]
+    skipped = Counter((r.case.model, r.case.mode, r.check.skipped) for r in results
+                      if r.check.skipped)
+    parts += ["", "**Skipped: eager itself fails**", ""]
+    parts += [f"- {model} / {mode}: {why} ({n} cases)"
+              for (model, mode, why), n in skipped.items()] or ["none"]
+    return "\n".join(parts)
+
+
+def _reason_kind(why: str) -> str:
+    """A refusal without the names that differ from graph to graph."""
+    return re.sub(r"'[^']*'", "'...'", why)[:160]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help=f"models {', '.join(QUICK_MODELS)} and solvers "
+                         f"{', '.join(QUICK_SOLVERS)} only")
+    ap.add_argument("--models", nargs="*", default=None, help="model names (default: all)")
+    ap.add_argument("--solvers", nargs="*", default=None, choices=sorted(SOLVERS))
+    ap.add_argument("--runtimes", nargs="*", default=list(RUNTIMES), choices=RUNTIMES)
+    ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
+    ap.add_argument("--time-limit", type=float, default=2.0, help="cpsat seconds per graph")
+    args = ap.parse_args(argv)
+    names = args.models or (list(QUICK_MODELS) if args.quick else None)
+    available = models()
+    if args.quick:
+        names = [n for n in names if n in available]  # transformers may be missing
+    factories = models(names)
+    solvers = args.solvers or (list(QUICK_SOLVERS) if args.quick else sorted(SOLVERS))
+    t0 = time.perf_counter()
+    results = []
+    for name, factory in factories.items():
+        for mode in args.modes:
+            for solver in solvers:
+                for runtime in args.runtimes:
+                    check = check_against_eager(factory, mode, max_streams=2,
+                                                cost_table="h200", measure=0, runtime=runtime,
+                                                solver=solver, time_limit=args.time_limit)
+                    results.append(Result(Case(name, solver, runtime, mode), check))
+                    print(f"{name} {mode} {solver} {runtime}: "
+                          f"{check.skipped or check.mismatch or 'ok'} (applied "
+                          f"{check.applied}, lifted {check.lifted})", file=sys.stderr, flush=True)
+    print(report(results, time.perf_counter() - t0))
+    return 1 if any(r.check.mismatch for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

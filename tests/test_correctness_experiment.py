@@ -1,0 +1,52 @@
+"""``experiments/correctness.py`` counts what it runs and lists every mismatch."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from autostream.equivalence import Check
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+@pytest.fixture(scope="module")
+def correctness():
+    spec = importlib.util.spec_from_file_location("correctness_experiment",
+                                                  EXPERIMENTS / "correctness.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+def test_the_report_counts_cases_and_names_each_mismatch(correctness):
+    case = correctness.Case
+    results = [
+        correctness.Result(case("m", "heft", "threads", "no_grad"), Check(True, True)),
+        correctness.Result(case("m", "heft", "threads", "inference_mode"),
+                           Check(True, True, mismatch="call 0 output 1: dtype x != y")),
+        correctness.Result(case("m", "heft", "threads", "training"),
+                           Check(True, False, not_lifted=("Dynamo node 'a' (f) changes it",))),
+        correctness.Result(case("m", "heft", "threads", "autocast_bf16"),
+                           Check(False, False, skipped="eager raised RuntimeError: no")),
+    ]
+    text = correctness.report(results, 1.0)
+    assert "| m | 3 | 1 | 3 | 2 | 1 |" in text
+    assert "- m / heft / threads / inference_mode: call 0 output 1: dtype x != y" in text
+    assert "- 1 x Dynamo node '...' (f) changes it" in text
+    assert "- m / autocast_bf16: eager raised RuntimeError: no (1 cases)" in text
+
+
+def test_one_real_case_runs_and_matches(correctness, capsys):
+    code = correctness.main(["--models", "running_stats", "--solvers", "heft", "--modes",
+                             "no_grad", "--runtimes", "threads"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "| running_stats | 1 | 0 | 1 | 1 | 0 |" in out
