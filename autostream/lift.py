@@ -23,6 +23,7 @@ node with no ATen counterpart that does not produce a tensor (global state such 
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import networkx as nx
 import torch
 import torch.fx
 
+from autostream.comm.links import add_transfers
 from autostream.graph import (
     OpGraph,
     build_op_graph,
@@ -213,6 +215,7 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
         raise LiftError("every Dynamo node lands on one stream")
     order = tuple(nx.lexicographical_topological_sort(op_graph, key=lambda n: (key[n], n)))
     problem = _lifted_problem(op_graph, groups, plan)
+    stream_of, order = problem.place_lanes(stream_of, order)
     schedule = Schedule(f"{plan.schedule.solver}+lifted", stream_of, order, {}, {}, 0.0, 0.0)
     syncs = tuple(compute_syncs(op_graph, schedule))
     timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us,
@@ -243,6 +246,11 @@ def _lifted_problem(op_graph: OpGraph, groups: Mapping[str, list[str]], plan: Pl
         g.add_node(n, duration=total, share=min(1.0, share), order=data["order"],
                    kind=data["target"])
     g.add_edges_from(op_graph.edges)
+    # a blocking op's transfer is already in its ATen op's duration
+    transfers = {n: dataclasses.replace(plan.transfers[a], launch=n)
+                 for n, members in groups.items() for a in members
+                 if a in plan.transfers and not plan.transfers[a].blocking}
+    add_transfers(g, op_graph, transfers)
     return SchedulingProblem(g, streams=plan.problem.streams,
                              sync_latency_us=plan.problem.sync_latency_us,
                              capacity=plan.problem.capacity)

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 import torch.fx
 
+from autostream.comm import comm_op
+from autostream.comm.links import Transfer, add_transfers, plan_transfers
 from autostream.graph import OpGraph, build_op_graph
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule, Sync
@@ -61,6 +63,10 @@ class Plan:
     #: host cost per node when the plan uses several streams
     predicted_us: float = 0.0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: collective launch -> its transfer on its process group's link (``comm.links``)
+    transfers: Mapping[str, Transfer] = field(default_factory=dict)
+    #: what the planner could not identify in the graph's communication (see there)
+    comm_notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def predicted_speedup(self) -> float:
@@ -68,10 +74,13 @@ class Plan:
 
     @property
     def cost_sources(self) -> SourceBreakdown:
-        """What fraction of the predicted time rests on exact, scaled, roofline, free costs."""
-        from autostream.cost import source_breakdown
+        """What fraction of the predicted time rests on exact, scaled, roofline, free costs
+        (transfers on links included)."""
+        from autostream.cost import OpCost, source_breakdown
 
-        return source_breakdown(self.estimates.values())
+        links = [OpCost(t.cost.duration_us, t.cost.share, t.cost.source)
+                 for t in self.transfers.values()]
+        return source_breakdown([*self.estimates.values(), *links])
 
     @property
     def is_single_stream(self) -> bool:
@@ -106,12 +115,13 @@ def load_cost_model(cost_table: str | CostModel | None) -> CostModel:
 
 def build_problem(
     op_graph: OpGraph, estimates: Mapping[str, OpCost], streams: int, sync_latency_us: float,
-    split: bool = False,
+    split: bool = False, transfers: Mapping[str, Transfer] | None = None,
 ) -> SchedulingProblem:
     """The solver's view of an ``OpGraph``: durations, shares and program order.
 
     ``split``: durations as in a multi-stream plan, where each op runs on its
     stream's share of the intra-op threads (``OpCost.split``; 1 on accelerators).
+    ``transfers``: collectives' transfers, as tasks on their links (``comm.links``).
     """
     g = nx.DiGraph()
     for n, data in op_graph.nodes(data=True):
@@ -120,6 +130,7 @@ def build_problem(
         g.add_node(n, duration=e.duration_us * factor, share=e.share, order=data["order"],
                    kind=data["target"])
     g.add_edges_from(op_graph.edges)
+    add_transfers(g, op_graph, transfers or {})
     return SchedulingProblem(g, streams=streams, sync_latency_us=sync_latency_us)
 
 
@@ -137,10 +148,12 @@ def plan_graph(
     cost_model = cost_model or load_cost_model(options.cost_table)
     op_graph = build_op_graph(gm)
     estimates = {n: cost_model.estimate(data["fx"]) for n, data in op_graph.nodes(data=True)}
-    problem = build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us)
+    transfers, comm_notes = plan_transfers(op_graph, cost_model)
+    problem = build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us,
+                            transfers=transfers)
     single = get_solver("single")(problem)
     split_problem = build_problem(op_graph, estimates, options.max_streams,
-                                  cost_model.sync_latency_us, split=True)
+                                  cost_model.sync_latency_us, split=True, transfers=transfers)
     runtime_op_us = float(getattr(cost_model, "runtime_op_us", 0.0))
     runtime_call_us = float(getattr(cost_model, "runtime_call_us", 0.0))
     runtime_segment_us = float(getattr(cost_model, "runtime_segment_us", 0.0))
@@ -150,6 +163,8 @@ def plan_graph(
         solver_options: dict[str, Any] = {}
         if options.solver == "cpsat":
             solver_options["time_limit"] = options.time_limit
+            # every rank must reach the same plan: no wall-clock cut (docs/distributed.md)
+            solver_options["wall_clock"] = not communicates(op_graph)
         candidate = get_solver(options.solver)(split_problem, **solver_options)
         candidate_us = predicted_makespan(split_problem, candidate, op_graph, runtime_op_us,
                                           runtime_call_us, runtime_segment_us)
@@ -177,7 +192,14 @@ def plan_graph(
         plan_seconds=time.perf_counter() - t0,
         predicted_us=predicted_us,
         notes=tuple(notes),
+        transfers=transfers,
+        comm_notes=comm_notes,
     )
+
+
+def communicates(op_graph: OpGraph) -> bool:
+    """Whether any op of the graph communicates (collective, wait or blocking op)."""
+    return any(comm_op(d["fx"]) is not None for _, d in op_graph.nodes(data=True))
 
 
 def predicted_speedup_over_eager(single_stream_us: float, predicted_us: float,

@@ -72,7 +72,7 @@ def segmented_lower_bound(
             segment.append(v)
     total += _segment_bound(problem, segment, capacity)
     return max(total, problem.critical_path(), problem.total_work() / problem.streams,
-               problem.contended_work() / capacity)
+               problem.contended_work() / capacity, problem.lane_work())
 
 
 def _segment_bound(problem: SchedulingProblem, ops: list[str], capacity: float) -> float:
@@ -83,6 +83,6 @@ def _segment_bound(problem: SchedulingProblem, ops: list[str], capacity: float) 
     for v in ops:  # ops are in topological order
         ready = max((finish[u] for u in problem.graph.predecessors(v) if u in inside), default=0.0)
         finish[v] = ready + problem.duration(v)
-    work = sum(problem.duration(v) for v in ops)
+    work = sum(problem.duration(v) for v in ops if v not in problem.pinned)  # lanes run beside
     contended = sum(problem.duration(v) * problem.share(v) for v in ops)
     return max(max(finish.values()), work / problem.streams, contended / capacity)

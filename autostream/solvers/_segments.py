@@ -119,8 +119,8 @@ def plan_by_pieces(
         renumber = {local[head]: stream_of[head]}
         spare = iter(s for s in range(problem.streams) if s != stream_of[head])
         for v in ops:
-            if local[v] not in renumber:
-                renumber[local[v]] = next(spare)
+            if local[v] not in renumber:  # lanes (negative) keep their numbers
+                renumber[local[v]] = local[v] if local[v] < 0 else next(spare)
         position = {u: i for i, u in enumerate(distinct[key])}
         for u in plan.order:
             v = ops[position[u]]

@@ -78,6 +78,15 @@ reuses that solution.  Windows use one solve with the objective
 machines model (solved without latency, coloured, re-timed with it), whose
 tenfold smaller model CP-SAT handles within a window's budget.
 
+Collectives (``problem.pinned``: each transfer a task on its process group's
+link): the model plans a transfer as a task on a stream, the stream that waits for
+it, serialised per link by the problem's chain edges; the plan returned puts it
+back on its link, where the simulator re-times it beside the compute (the model is
+pessimistic, and its bound is not claimed).  ``wall_clock=False`` drops the
+wall-clock caps: only the deterministic clock stops a solve, so every rank of a
+distributed run reaches the same plan (the planner asks for it on graphs that
+communicate; it may then overrun ``time_limit`` on a loaded machine).
+
 Whatever the model says, the plan returned is the best predicted one (the
 timeline simulator) among the CP-SAT plans, the HEFT plan, ``single`` and the
 cheap baselines (``portfolio=True``); ties go to fewer cross-stream edges, then
@@ -198,8 +207,10 @@ def _parameters(
     # 178 with the non-reproducible default.)
     p.interleave_batch_size = workers
     p.max_deterministic_time = max(budget, 0.02) * DET_PER_SECOND
-    # callers start no solve with less than _MIN_WALL_S left (see there)
-    p.max_time_in_seconds = min(max(budget * _WALL_FACTOR, _MIN_WALL_S), wall_left)
+    # callers start no solve with less than _MIN_WALL_S left (see there); an infinite
+    # ``wall_left`` means no wall-clock cap at all (``solve(wall_clock=False)``)
+    if math.isfinite(wall_left):
+        p.max_time_in_seconds = min(max(budget * _WALL_FACTOR, _MIN_WALL_S), wall_left)
     return solver
 
 
@@ -550,7 +561,7 @@ def _windows(tg: TaskGraph, size: int) -> list[tuple[int, ...]]:
 def _plan_tasks(
     tg: TaskGraph, streams: int, time_limit: float, window: int, seed: int, workers: int,
     lower_bound: int, sync_share: float, approximate: bool = False,
-    deadline: float = float("inf"),
+    deadline: float = float("inf"), wall_clock: bool = True,
 ) -> tuple[dict[int, int], dict[int, int], dict[str, object]]:
     """Integer plan of the whole task graph: ``(stream, start, stats)``.
 
@@ -574,7 +585,8 @@ def _plan_tasks(
         # The caller's deadline, when given, is this plan's share of the wall clock,
         # including what earlier ladder modes left unused: a solve stopped by the wall
         # cap is not reproducible, so every wall second available goes to the caps.
-        wall_left = (deadline - time.perf_counter() if deadline < math.inf
+        wall_left = (math.inf if not wall_clock
+                     else deadline - time.perf_counter() if deadline < math.inf
                      else time_limit - wall)
         if key not in memo and wall_left < _MIN_WALL_S:  # out of time: the greedy plan
             memo[key] = _relative(tasks, *greedy_window(tg, win, streams, rank), win.lo)
@@ -662,6 +674,7 @@ def solve(
     portfolio: bool = True,
     contention: str = "auto",
     decompose: bool = True,
+    wall_clock: bool = True,
     **_: object,
 ) -> Schedule:
     """Plan with CP-SAT within ``time_limit`` seconds (CP-SAT's deterministic clock).
@@ -703,7 +716,7 @@ def solve(
         def solve_piece(sub: SchedulingProblem, seconds: float) -> Schedule:
             return solve(sub, time_limit=max(seconds, 0.05), window=window, seed=seed,
                          workers=workers, sync_share=sync_share, portfolio=portfolio,
-                         contention=contention, decompose=False)
+                         contention=contention, decompose=False, wall_clock=wall_clock)
 
         stream_of, order, stats = plan_by_pieces(problem, parts, solve_piece, time_limit)
         candidates["cpsat_pieces"] = schedule_from_assignment(problem, stream_of, "cpsat", order=order)
@@ -720,7 +733,7 @@ def solve(
             stream, start, mode_stats = _plan_tasks(
                 tg, problem.streams, time_limit / len(factors), window, seed, workers, lb, sync_share,
                 approximate=factor != 1.0,
-                deadline=now + (deadline - now) / (len(factors) - k),
+                deadline=now + (deadline - now) / (len(factors) - k), wall_clock=wall_clock,
             )
             order = tuple(
                 n for v in sorted(stream, key=lambda v: (start[v], v)) for n in tg.members[v]
@@ -732,7 +745,8 @@ def solve(
             reproducible = reproducible and bool(mode_stats["deterministic"])
             if factor == 1.0:
                 stats = mode_stats
-                exact = tg.exact and stats["status"] == "OPTIMAL" and "bound_units" in stats
+                exact = (tg.exact and stats["status"] == "OPTIMAL" and "bound_units" in stats
+                         and not problem.links)  # lanes: the model waits on a stream
             else:
                 stats[name.removeprefix("cpsat_")] = {
                     k: mode_stats[k] for k in ("status", "solve_seconds", "deterministic")
