@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from dataclasses import dataclass, field
@@ -10,7 +11,10 @@ from typing import Any
 import torch
 import torch.fx
 
+from autostream.comm import has_communication
+from autostream.comm.agree import outcome_digest, rank_disagreement
 from autostream.dialects.torchair import is_stream_op
+from autostream.graph import target_name
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
 from autostream.verify import verify_rewrite
@@ -28,6 +32,8 @@ class PassReport:
     applied: bool
     reason: str
     plan: Plan | None = None
+    #: for a graph that communicates: the digest every rank compared (``comm.agree``)
+    rank_digest: str | None = None
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"applied": self.applied, "reason": self.reason, "graph_nodes": self.graph_nodes}
@@ -98,7 +104,28 @@ class AutoStreamPass:
         log.log(logging.WARNING if hand_tagged_graph else logging.INFO, "autostream pass on %d-node graph: %s", report.graph_nodes, report.reason)
 
     def apply(self, gm: torch.fx.GraphModule) -> PassReport:
-        """Plan and rewrite ``gm``; never raises for a graph it cannot handle."""
+        """Plan and rewrite ``gm``; never raises for a graph it cannot handle.
+
+        A graph that communicates is rewritten only if every rank decided the same
+        (``comm.agree``); else every rank leaves it unchanged.
+        """
+        if not has_communication(gm.graph):
+            return self._plan_and_rewrite(gm)
+        snap = snapshot(gm.graph)
+        report = self._plan_and_rewrite(gm)
+        plan = report.plan if report.applied else None
+        digest = outcome_digest((f"{n.name}:{target_name(n)}" for n in snap.order),
+                                plan.schedule if plan else None, plan.syncs if plan else ())
+        why = rank_disagreement(digest)
+        if why is None:
+            return dataclasses.replace(report, rank_digest=digest)
+        log.warning("autostream: %s", why)
+        if report.applied:
+            restore(gm.graph, snap)
+            gm.recompile()
+        return PassReport(report.graph_nodes, False, f"left unchanged: {why}", report.plan, digest)
+
+    def _plan_and_rewrite(self, gm: torch.fx.GraphModule) -> PassReport:
         nodes = len(gm.graph.nodes)
         tagged = hand_tagged(gm.graph)
         if tagged:
