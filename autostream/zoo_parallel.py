@@ -17,6 +17,8 @@ sees the same data).  The collectives are ``torch.distributed._functional_collec
   compute), and the output reduce-scattered.
 - :func:`overlap_probe`: one all-reduce beside an independent chain of matmuls of
   about the same time: the case where overlap pays most.
+- :func:`two_allreduces`: issue 14's report, two independent all-reduces and
+  independent compute.
 
 ``overlap_by_hand(model, inputs)`` runs each model with its collectives launched
 asynchronously (``async_op=True``) before the compute they can hide behind: the
@@ -61,12 +63,14 @@ class ShardedMLP(nn.Module):
 
 
 class TensorParallelBlock(nn.Module):
-    """``x + AR(mlp_a(x)) + AR(mlp_b(x))`` (parallel residual), ``layers`` times."""
+    """``x + AR(mlp_a(x)) + AR(mlp_b(x))`` (parallel residual), ``layers`` times; ``mlp_b``
+    is narrower (an attention-sized branch beside the MLP), so its all-reduce is ready
+    first although it comes second in program order."""
 
     def __init__(self, hidden: int, inner: int, layers: int, gen: torch.Generator) -> None:
         super().__init__()
         self.pairs = nn.ModuleList(
-            nn.ModuleList([ShardedMLP(hidden, inner, gen), ShardedMLP(hidden, inner, gen)])
+            nn.ModuleList([ShardedMLP(hidden, inner, gen), ShardedMLP(hidden, inner // 8, gen)])
             for _ in range(layers))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -89,7 +93,7 @@ class TensorParallelBlock(nn.Module):
 
 
 def tensor_parallel_mlp(rank: int, world: int, tokens: int = 8, hidden: int = 64,
-                        inner: int = 128, layers: int = 1) -> tuple[nn.Module, Inputs]:
+                        inner: int = 512, layers: int = 1) -> tuple[nn.Module, Inputs]:
     """Megatron-style block on ``world`` ranks: each holds ``inner / world`` of both MLPs."""
     model = TensorParallelBlock(hidden, inner // world, layers, _gen(1000 + rank)).eval()
     return model, lambda step: (torch.randn(tokens, hidden, generator=_gen(step)),)
@@ -212,12 +216,55 @@ def overlap_probe(rank: int, world: int, elements: int = 1 << 20, rows: int = 64
                                 torch.randn(rows, width, generator=_gen(10 * step + rank + 5)))
 
 
+class TwoAllReduces(nn.Module):
+    """Issue 14's report: two independent all-reduces (the first behind a matmul chain, the
+    second of a cheap op) and independent compute."""
+
+    def __init__(self, width: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.w = _param(width, width, gen=gen)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor):
+        h = a
+        for _ in range(3):
+            h = torch.tanh(h @ self.w)
+        x = ft_c.all_reduce(h, "sum", _group())
+        y = ft_c.all_reduce(torch.sigmoid(b), "sum", _group())
+        z = c
+        for _ in range(4):
+            z = torch.tanh(z @ self.w)
+        return x + 1, y * 3, z
+
+    def overlapped(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor):
+        h = a
+        for _ in range(3):
+            h = torch.tanh(h @ self.w)
+        wx = dist.all_reduce(h, async_op=True)
+        y = torch.sigmoid(b)
+        wy = dist.all_reduce(y, async_op=True)
+        z = c
+        for _ in range(4):
+            z = torch.tanh(z @ self.w)
+        wx.wait()
+        wy.wait()
+        return h + 1, y * 3, z
+
+
+def two_allreduces(rank: int, world: int, rows: int = 32, width: int = 64
+                   ) -> tuple[nn.Module, Inputs]:
+    """Two independent all-reduces beside independent compute (the reported race)."""
+    model = TwoAllReduces(width, _gen(5000)).eval()
+    return model, lambda step: tuple(torch.randn(rows, width, generator=_gen(10 * step + k + rank))
+                                     for k in range(3))
+
+
 #: name -> builder ``(rank, world, **sizes) -> (model, make_inputs)``
 PARALLEL_ZOO: dict[str, Callable[..., tuple[nn.Module, Inputs]]] = {
     "tp_mlp": tensor_parallel_mlp,
     "ep_moe": expert_parallel_moe,
     "fsdp": fsdp_block,
     "probe": overlap_probe,
+    "two_allreduces": two_allreduces,
 }
 
 

@@ -271,3 +271,66 @@ def test_digest_changes_with_the_plan_and_disagreement_is_explained():
     assert "rank 0" in why and "ranks [1]" in why and "single-stream" in why
     assert rank_disagreement(d1) is None  # one process: nothing to compare
     assert slowest_rank_medians({"a": 1.0}, gather=lambda m: [m, {"a": 2.0}]) == {"a": 2.0}
+
+
+# -- calibration ---------------------------------------------------------------------------
+
+
+def test_fit_recovers_alpha_and_bandwidth_from_noisy_runs():
+    from autostream.cost.calibrate_collectives import Sample, fit_link
+
+    # 3 of 8 runs per size hit by load (+5 ms): the lower quartile ignores them
+    samples = [Sample("all_gather", b, (200.0 + b / 500.0,) * 5 + (5200.0,) * 3)
+               for b in (4096, 65536, 1 << 20)]
+    fit = fit_link(samples, "all_gather", "gloo", 2, share=0.25)
+    assert fit.alpha_us == pytest.approx(200.0, rel=1e-6)
+    assert fit.bandwidth == pytest.approx(0.5 * 500.0 * 1e6, rel=1e-6)  # traffic 1/2 at 2 ranks
+    assert (fit.share, fit.origin, fit.samples, fit.sizes) == (0.25, "measured", 24, (4096, 1 << 20))
+
+
+def test_calibrate_collectives_command_writes_link_fits(tmp_path, capsys):
+    from autostream.cli import main
+
+    out = tmp_path / "cpu.json"
+    code = main(["calibrate", "--collectives", "--backend", "gloo", "--nproc", "2", "--out",
+                 str(out), "--sizes", "4096", "65536", "--warmup", "1", "--repeat", "3",
+                 "--no-progress", "--link-share", "0.1"])
+    assert code == 0
+    table = CostTable.load(out)
+    fits = {f.collective: f for f in table.links}
+    assert set(fits) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}
+    assert all(f.backend == "gloo" and f.world_size == 2 and f.bandwidth > 0 and f.share == 0.1
+               and f.provenance["nproc"] == 2 for f in fits.values())
+    assert CostModel(table).transfer("all_reduce", 1 << 20, "gloo", 2).source == "exact"
+    assert "link fits on gloo x2" in capsys.readouterr().out
+
+
+def test_calibrate_collectives_rejects_bad_input(tmp_path):
+    from autostream.cost.calibrate_collectives import calibrate_collectives
+
+    with pytest.raises(ValueError, match="nproc must be >= 2"):
+        calibrate_collectives("gloo", nproc=1)
+    with pytest.raises(ValueError, match="multiples of 4 x nproc"):
+        calibrate_collectives("gloo", nproc=2, sizes=(1001,))
+    from autostream.cli import main
+
+    assert main(["calibrate", "--collectives", "--backend", "nccl", "--out",
+                 str(tmp_path / "none.json")]) == 2  # no cuda table to write into
+
+
+def test_table_link_fields_are_validated(tmp_path):
+    import json
+
+    from autostream.cost import TableError
+
+    data = gloo_table().table.to_json()
+    data["links"][0]["bandwidth"] = -1
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TableError, match=r"links\[0\].bandwidth"):
+        CostTable.load(path)
+    data["links"][0]["bandwidth"] = 1e9
+    data["links"].append(dict(data["links"][0]))
+    path.write_text(json.dumps(data))
+    with pytest.raises(TableError, match="duplicates links"):
+        CostTable.load(path)

@@ -81,6 +81,8 @@ def _diverging(rank: int, world: int) -> Outcome:
 
 def _scenarios(rank: int, world: int) -> dict[str, Outcome]:
     return {
+        # the report of issue 14: 74 of 200 calls wrong before collectives were ordered
+        "two_allreduces": _run(rank, world, "two_allreduces", CALLS, cost_table="h200"),
         "tp_mlp_h200": _run(rank, world, "tp_mlp", CALLS, cost_table="h200"),
         # each branch, with its all-reduce, on its own stream (the race of issue 14)
         "tp_mlp_two_streams": _run(rank, world, "tp_mlp", CALLS, solver="critical_path",
@@ -99,7 +101,8 @@ def outcomes() -> dict[str, list[Outcome]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["tp_mlp_h200", "tp_mlp_two_streams", "ep_moe", "fsdp"])
+@pytest.mark.parametrize("scenario", ["two_allreduces", "tp_mlp_h200", "tp_mlp_two_streams",
+                                      "ep_moe", "fsdp"])
 def test_every_call_equals_eager_on_every_rank(outcomes, scenario):
     for rank, o in enumerate(outcomes[scenario]):
         assert o.calls == CALLS
@@ -109,7 +112,8 @@ def test_every_call_equals_eager_on_every_rank(outcomes, scenario):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["tp_mlp_h200", "tp_mlp_two_streams", "ep_moe", "fsdp"])
+@pytest.mark.parametrize("scenario", ["two_allreduces", "tp_mlp_h200", "tp_mlp_two_streams",
+                                      "ep_moe", "fsdp"])
 def test_plan_digests_equal_across_ranks(outcomes, scenario):
     digests = {o.digest for o in outcomes[scenario]}
     assert len(digests) == 1 and None not in digests
@@ -118,8 +122,9 @@ def test_plan_digests_equal_across_ranks(outcomes, scenario):
 @pytest.mark.slow
 def test_collectives_on_two_streams_still_match(outcomes):
     """The all-reduces on two streams: the syncs keep their program order."""
-    for o in outcomes["tp_mlp_two_streams"]:
-        assert set(o.comm_streams) == {0, 1}
+    for name in ("two_allreduces", "tp_mlp_two_streams"):
+        for o in outcomes[name]:
+            assert set(o.comm_streams) == {0, 1}
 
 
 @pytest.mark.slow
