@@ -162,7 +162,7 @@ class FSDPBlock(nn.Module):
 
     def overlapped(self, x: torch.Tensor) -> torch.Tensor:
         def gather(shard: torch.Tensor):
-            full = torch.empty(shard.shape[0] * self.world, *shard.shape[1:])
+            full = shard.new_empty(shard.shape[0] * self.world, *shard.shape[1:])
             return full, dist.all_gather_into_tensor(full, shard, async_op=True)
 
         pending = gather(self.shards[0])
@@ -172,7 +172,7 @@ class FSDPBlock(nn.Module):
                 pending = gather(self.shards[i + 1])
             work.wait()
             x = torch.tanh(x @ weight)
-        out = torch.empty(x.shape[0] // self.world, *x.shape[1:])
+        out = x.new_empty(x.shape[0] // self.world, *x.shape[1:])
         dist.reduce_scatter_tensor(out, x)
         return out
 
@@ -209,7 +209,7 @@ class OverlapProbe(nn.Module):
 
 
 def overlap_probe(rank: int, world: int, elements: int = 1 << 20, rows: int = 64,
-                  width: int = 512, depth: int = 8) -> tuple[nn.Module, Inputs]:
+                  width: int = 512, depth: int = 2) -> tuple[nn.Module, Inputs]:
     """An all-reduce of ``elements`` floats beside ``depth`` matmuls ``rows x width x width``."""
     model = OverlapProbe(width, depth, _gen(4000)).eval()
     return model, lambda step: (torch.randn(elements, generator=_gen(10 * step + rank)),

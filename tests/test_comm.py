@@ -334,3 +334,17 @@ def test_table_link_fields_are_validated(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(TableError, match="duplicates links"):
         CostTable.load(path)
+
+
+def test_reports_draw_links_as_lanes_of_their_own(tmp_path):
+    from autostream.report.dot import graph_dot
+    from autostream.report.gantt import gantt_png
+    from autostream.report.trace import chrome_trace
+
+    plan = plan_graph(two_allreduces(), PlanOptions(max_streams=2, solver="heft"), gloo_table())
+    trace = chrome_trace(plan.problem, plan.schedule, plan.syncs)
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert "link_1" in names
+    assert '"cluster_stream_-1"' in graph_dot(plan.problem, plan.schedule, plan.syncs)
+    gantt_png(tmp_path / "plan.png", plan.problem, plan.schedule, plan.syncs)
+    assert (tmp_path / "plan.png").stat().st_size > 0

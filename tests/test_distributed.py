@@ -9,6 +9,7 @@ timeout instead of hanging CI.
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 import torch
@@ -79,8 +80,25 @@ def _diverging(rank: int, world: int) -> Outcome:
         autostream.passes.plan_graph = plan_graph
 
 
+def _experiment_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "distributed.py"
+    if "distributed_experiment" in sys.modules:
+        return sys.modules["distributed_experiment"]
+    spec = importlib.util.spec_from_file_location("distributed_experiment", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 def _scenarios(rank: int, world: int) -> dict[str, Outcome]:
+    experiment = _experiment_module()._rank(rank, world, ["probe"], 2, 1, "cpu",
+                                             {"cost_table": "cpu", "time_limit": 1.0})
     return {
+        "experiment": experiment,
         # the report of issue 14: 74 of 200 calls wrong before collectives were ordered
         "two_allreduces": _run(rank, world, "two_allreduces", CALLS, cost_table="h200"),
         "tp_mlp_h200": _run(rank, world, "tp_mlp", CALLS, cost_table="h200"),
@@ -167,3 +185,15 @@ def _raises(rank: int, world: int) -> None:
 def test_run_ranks_reports_a_rank_that_raises():
     with pytest.raises(RanksFailed, match="boom on rank"):
         run_ranks(_raises, world_size=2, timeout_s=60.0)
+
+
+@pytest.mark.slow
+def test_experiment_measures_every_variant_and_prints_its_table(outcomes):
+    experiment = _experiment_module()
+    rows = experiment.rows_from_ranks(["probe"], outcomes["experiment"], runs=2)
+    [row] = rows
+    assert row.wrong == 0
+    assert set(row.ms) == set(experiment.VARIANTS) and all(v > 0 for v in row.ms.values())
+    assert row.plan == "lifted plan" and row.predicted_speedup > 1.0
+    text = experiment.table(rows)
+    assert text.startswith("| model |") and "| probe |" in text
