@@ -53,7 +53,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     compilation per graph) and measures it too: the backend then keeps the fastest
     of plan, eager graph and Inductor, and never loses to plain ``torch.compile``
     by more than the measurement noise.  ``options`` are ``AutoStreamPass`` options
-    (``max_streams``, ``solver``, ``cost_table``, ``time_limit``).  The pass object,
+    (``max_streams``, ``solver``, ``cost_table``, ``time_limit``,
+    ``max_memory_increase``: the memory budget, ``autostream.budget``).  The pass object,
     with its reports, is ``backend(...).autostream_pass``.
 
     For inference graphs the plan, made on the ATen graph, is lifted to the graph

@@ -33,8 +33,9 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["CACHE_MODES", "HF_ZOO", "available", "bert", "gpt_oss", "granite_moe", "llama",
-           "olmoe", "qwen3_moe"]
+__all__ = ["CACHE_MODES", "HF_ZOO", "available", "bert", "bert_32", "gpt_oss", "gpt_oss_32",
+           "granite_moe", "granite_moe_32", "llama", "llama_32", "olmoe", "olmoe_32", "qwen3_moe",
+           "qwen3_moe_32"]
 
 CACHE_MODES = ("none", "prefill", "decode")
 
@@ -188,6 +189,40 @@ HF_ZOO: dict[str, Callable[..., tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
     "granite_moe": granite_moe,
     "bert": bert,
 }
+
+# 32-layer models as model specs of the command line (a spec takes no arguments):
+# ``autostream plan autostream.hf_zoo:qwen3_moe_32``
+
+
+def llama_32():
+    """``llama(layers=32)``."""
+    return llama(layers=32)
+
+
+def qwen3_moe_32():
+    """``qwen3_moe(layers=32)``."""
+    return qwen3_moe(layers=32)
+
+
+def olmoe_32():
+    """``olmoe(layers=32)``."""
+    return olmoe(layers=32)
+
+
+def gpt_oss_32():
+    """``gpt_oss(layers=32)``."""
+    return gpt_oss(layers=32)
+
+
+def granite_moe_32():
+    """``granite_moe(layers=32)``."""
+    return granite_moe(layers=32)
+
+
+def bert_32():
+    """``bert(layers=32)``."""
+    return bert(layers=32)
+
 
 _CLASSES = {"llama": "LlamaForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
             "olmoe": "OlmoeForCausalLM", "gpt_oss": "GptOssForCausalLM",

@@ -32,6 +32,7 @@ import networkx as nx
 import torch
 import torch.fx
 
+from autostream.budget import format_bytes
 from autostream.comm.links import add_transfers
 from autostream.graph import (
     OpGraph,
@@ -39,6 +40,12 @@ from autostream.graph import (
     op_effects,
     target_name,
     writes_inputs_by_name,
+)
+from autostream.memory import (
+    GraphMemory,
+    allocation_timeline,
+    launch_timeline,
+    predict_memory,
 )
 from autostream.planning import Plan
 from autostream.problem import SchedulingProblem
@@ -213,15 +220,17 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
             key[node.name] = key[producer] + 0.5 if producer else -1.0
     if len(set(stream_of.values())) < 2:
         raise LiftError("every Dynamo node lands on one stream")
-    order = tuple(nx.lexicographical_topological_sort(op_graph, key=lambda n: (key[n], n)))
-    problem = _lifted_problem(op_graph, groups, plan)
+    deps = _with_memory_edges(op_graph, plan, groups)
+    order = tuple(nx.lexicographical_topological_sort(deps, key=lambda n: (key[n], n)))
+    problem = _lifted_problem(deps, groups, plan)
     stream_of, order = problem.place_lanes(stream_of, order)
     schedule = Schedule(f"{plan.schedule.solver}+lifted", stream_of, order, {}, {}, 0.0, 0.0)
-    syncs = tuple(compute_syncs(op_graph, schedule))
+    syncs = tuple(compute_syncs(deps, schedule))
     timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us,
                              segment_overhead_us=runtime_segment_us)
     schedule = Schedule(schedule.solver, stream_of, order, timeline.start, timeline.end,
                         timeline.makespan, plan.schedule.lower_bound)
+    _check_memory(dynamo, deps, plan, schedule, syncs, timeline)
     predicted_us = timeline.makespan + runtime_call_us
     gm = _copy_module(dynamo)
     rewrite_graph(gm, schedule, syncs)
@@ -233,6 +242,43 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
                       single_stream_us=single,
                       predicted_us=predicted_us,
                       moved=tuple(moved))
+
+
+def _with_memory_edges(op_graph: OpGraph, plan: Plan, groups: Mapping[str, list[str]]
+                       ) -> OpGraph:
+    """``op_graph`` with the plan's memory ordering edges between the Dynamo nodes of
+    their ATen ends (an edge that would close a cycle there is left out)."""
+    edges = plan.memory.edges if plan.memory is not None else ()
+    if not edges:
+        return op_graph
+    source = {a: d for d, members in groups.items() for a in members}
+    deps = op_graph.copy()
+    for u, v in edges:
+        a, b = source.get(u), source.get(v)
+        if a is not None and b is not None and a != b and not nx.has_path(deps, b, a):
+            deps.add_edge(a, b, kind="memory_order")
+    return deps
+
+
+def _check_memory(dynamo: torch.fx.GraphModule, deps: OpGraph, plan: Plan, schedule: Schedule,
+                  syncs: tuple[Sync, ...], timeline) -> None:
+    """Refuse a lifted plan whose predicted peak rises above the Dynamo graph's own
+    single-stream peak by more than the plan's budget allowed."""
+    budget = plan.memory
+    if budget is None or budget.limit_bytes is None:
+        return
+    memory = GraphMemory.from_graph(dynamo)
+    program_order = tuple(nx.lexicographical_topological_sort(
+        deps, key=lambda n: (deps.nodes[n]["order"], n)))
+    single = Schedule("single", dict.fromkeys(program_order, 0), program_order, {}, {}, 0.0, 0.0)
+    single_peak = predict_memory(memory, single, (), launch_timeline(single)).peak_bytes
+    timeline = allocation_timeline(memory, schedule, timeline)
+    peak = predict_memory(memory, schedule, syncs, timeline).peak_bytes
+    limit = single_peak + budget.limit_bytes - budget.single_stream_peak_bytes
+    if peak > limit:
+        raise LiftError(f"the lifted plan's predicted peak {format_bytes(peak)} is over its "
+                        f"memory budget {format_bytes(limit)} (one stream: "
+                        f"{format_bytes(single_peak)})")
 
 
 def _lifted_problem(op_graph: OpGraph, groups: Mapping[str, list[str]], plan: Plan

@@ -11,12 +11,14 @@ from typing import Any
 import torch
 import torch.fx
 
+from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
 from autostream.comm import has_communication
 from autostream.comm.agree import outcome_digest, rank_disagreement
 from autostream.dialects.torchair import is_stream_op
 from autostream.graph import target_name
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
+from autostream.stages import StageTimes, Stopwatch
 from autostream.verify import verify_rewrite
 
 log = logging.getLogger("autostream")
@@ -32,6 +34,9 @@ class PassReport:
     applied: bool
     reason: str
     plan: Plan | None = None
+    #: seconds per stage: the plan's, then rewriting and verifying the graph (``None``:
+    #: the graph was not rewritten, the plan's own stages are all there is)
+    stages: StageTimes | None = None
     #: for a graph that communicates: the digest every rank compared (``comm.agree``)
     rank_digest: str | None = None
 
@@ -39,7 +44,19 @@ class PassReport:
         out: dict[str, Any] = {"applied": self.applied, "reason": self.reason, "graph_nodes": self.graph_nodes}
         if self.plan is not None:
             out.update(self.plan.summary())
+        stages = self.stages or (self.plan.stages if self.plan is not None else None)
+        if stages is not None:
+            out["stage_seconds"] = stages.as_dict()
+            out["pass_seconds"] = round(stages.total, 4)
         return out
+
+
+def _memory_note(plan: Plan) -> str:
+    m = plan.memory
+    if m is None:
+        return ""
+    return (f", predicted peak {format_bytes(m.peak_bytes)} ({100 * m.increase:+.1f}% over "
+            "one stream)")
 
 
 def hand_tagged(graph: torch.fx.Graph) -> str | None:
@@ -75,18 +92,23 @@ class AutoStreamPass:
     max_streams: int = 2
     solver: str = "cpsat"
     cost_table: str | None = None
-    time_limit: float = 5.0
+    time_limit: float | None = None
+    #: a fraction of the single-stream peak (``0.1``), a size (``"512MiB"``) or both
+    #: (``"10%,2MiB"``: the larger); ``None``: no budget (``autostream.budget``)
+    max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
     reports: list[PassReport] = field(default_factory=list, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         self.options()  # validate eagerly: bad options fail where they are written
 
     def options(self) -> PlanOptions:
-        return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit)
+        return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit,
+                           self.max_memory_increase)
 
     def digest(self) -> str:
         """A stable digest of the options (TorchAir hashes passes into its cache key)."""
-        text = f"{_VERSION}|{self.max_streams}|{self.solver}|{self.cost_table}|{self.time_limit}"
+        text = (f"{_VERSION}|{self.max_streams}|{self.solver}|{self.cost_table}|{self.time_limit}"
+                f"|{self.max_memory_increase!r}")
         return hashlib.sha256(text.encode()).hexdigest()
 
     def uuid(self) -> str:
@@ -123,7 +145,8 @@ class AutoStreamPass:
         if report.applied:
             restore(gm.graph, snap)
             gm.recompile()
-        return PassReport(report.graph_nodes, False, f"left unchanged: {why}", report.plan, digest)
+        return PassReport(report.graph_nodes, False, f"left unchanged: {why}", report.plan,
+                          rank_digest=digest)
 
     def _plan_and_rewrite(self, gm: torch.fx.GraphModule) -> PassReport:
         nodes = len(gm.graph.nodes)
@@ -141,19 +164,24 @@ class AutoStreamPass:
         if plan.is_single_stream:
             why = plan.notes[0] if plan.notes else "no parallelism worth a second stream"
             return PassReport(nodes, False, f"left unchanged: {why}", plan)
+        watch = Stopwatch()
         try:
             rewrite_graph(gm, plan.schedule, plan.syncs)
+            watch.lap("rewrite")
             verify_rewrite(gm, plan.op_graph).raise_if_failed()
+            watch.lap("verify")
         except Exception as exc:
             restore(gm.graph, snap)
             gm.recompile()
             log.debug("rewrite failed", exc_info=True)
             return PassReport(nodes, False, f"left unchanged: rewrite rejected: {type(exc).__name__}: {exc}", plan)
+        stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
         return PassReport(
             nodes,
             True,
             f"{plan.schedule.streams_used} streams, {len(plan.syncs)} syncs, predicted "
             f"{plan.predicted_us:.1f} us vs {plan.single_stream_us:.1f} us on one stream "
-            f"({plan.predicted_speedup:.2f}x)",
+            f"({plan.predicted_speedup:.2f}x)" + _memory_note(plan),
             plan,
+            stages,
         )

@@ -10,12 +10,16 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 import torch.fx
 
+from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
 from autostream.comm import comm_op
 from autostream.comm.links import Transfer, add_transfers, plan_transfers
 from autostream.graph import OpGraph, build_op_graph
+from autostream.memory import GraphMemory
+from autostream.memory_fit import FitInputs, PlanMemory, RuntimeCosts, evaluate, fit_plan
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule, Sync
 from autostream.solvers import check_solver_name, get_solver
+from autostream.stages import StageTimes, Stopwatch
 from autostream.sync import compute_syncs
 
 if TYPE_CHECKING:
@@ -38,14 +42,22 @@ class PlanOptions:
     max_streams: int = 2
     solver: str = "cpsat"
     cost_table: str | None = None
-    time_limit: float = 5.0
+    #: seconds the solver may search (``None``: the solver's own, by the graph's size)
+    time_limit: float | None = None
+    #: how far the plan's predicted peak may rise above one stream's (``autostream.budget``)
+    max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
 
     def __post_init__(self) -> None:
         if isinstance(self.max_streams, bool) or not isinstance(self.max_streams, int) or self.max_streams < 1:
             raise ValueError(f"max_streams must be an integer >= 1, got {self.max_streams!r}")
         check_solver_name(self.solver)
-        if not self.time_limit > 0:
+        if self.time_limit is not None and not self.time_limit > 0:
             raise ValueError(f"time_limit must be > 0 seconds, got {self.time_limit!r}")
+        MemoryBudget.parse(self.max_memory_increase)
+
+    @property
+    def memory_budget(self) -> MemoryBudget | None:
+        return MemoryBudget.parse(self.max_memory_increase)
 
 
 @dataclass(frozen=True)
@@ -63,6 +75,10 @@ class Plan:
     #: host cost per node when the plan uses several streams
     predicted_us: float = 0.0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: predicted peak memory against one stream's and the budget
+    memory: PlanMemory | None = None
+    #: seconds per stage of planning (graph, costs, solve, syncs)
+    stages: StageTimes = StageTimes()
     #: collective launch -> its transfer on its process group's link (``comm.links``)
     transfers: Mapping[str, Transfer] = field(default_factory=dict)
     #: what the planner could not identify in the graph's communication (see there)
@@ -100,8 +116,17 @@ class Plan:
             "num_syncs": len(self.syncs),
             "optimal": self.schedule.optimal,
             "plan_seconds": self.plan_seconds,
+            "stage_seconds": self.stages.as_dict(),
             "cost_sources": str(self.cost_sources),
+            **self._memory_summary(),
         }
+
+    def _memory_summary(self) -> dict[str, Any]:
+        m = self.memory
+        if m is None:
+            return {}
+        return {"peak_bytes": m.peak_bytes, "single_stream_peak_bytes": m.single_stream_peak_bytes,
+                "memory_limit_bytes": m.limit_bytes, "memory_fit": m.how}
 
 
 def load_cost_model(cost_table: str | CostModel | None) -> CostModel:
@@ -143,10 +168,15 @@ def plan_graph(
     solved with the times ops take on one stream's share of the device (``split``)
     and charged the runtime's host cost per node.  Falls back to the single-stream
     plan when the candidate is not predicted at least ``MIN_RELATIVE_GAIN`` faster.
+    A candidate whose predicted peak memory is over ``options.max_memory_increase``
+    is repaired or replaced (:func:`autostream.memory_fit.fit_plan`), never used.
     """
     t0 = time.perf_counter()
+    watch = Stopwatch()
     cost_model = cost_model or load_cost_model(options.cost_table)
+    watch.lap("costs")
     op_graph = build_op_graph(gm)
+    watch.lap("graph")
     estimates = {n: cost_model.estimate(data["fx"]) for n, data in op_graph.nodes(data=True)}
     transfers, comm_notes = plan_transfers(op_graph, cost_model)
     problem = build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us,
@@ -154,44 +184,47 @@ def plan_graph(
     single = get_solver("single")(problem)
     split_problem = build_problem(op_graph, estimates, options.max_streams,
                                   cost_model.sync_latency_us, split=True, transfers=transfers)
-    runtime_op_us = float(getattr(cost_model, "runtime_op_us", 0.0))
-    runtime_call_us = float(getattr(cost_model, "runtime_call_us", 0.0))
-    runtime_segment_us = float(getattr(cost_model, "runtime_segment_us", 0.0))
+    watch.lap("costs")
+    costs = RuntimeCosts(float(getattr(cost_model, "runtime_op_us", 0.0)),
+                         float(getattr(cost_model, "runtime_call_us", 0.0)),
+                         float(getattr(cost_model, "runtime_segment_us", 0.0)))
+    solver_options: dict[str, Any] = {}
+    if options.solver == "cpsat" and options.time_limit is not None:
+        solver_options["time_limit"] = options.time_limit
+    if options.solver == "cpsat" and communicates(op_graph):
+        # every rank must reach the same plan: no wall-clock cut (docs/distributed.md)
+        solver_options["wall_clock"] = False
+    fit = FitInputs(op_graph, split_problem, GraphMemory.from_graph(gm), options.solver,
+                    solver_options, costs)
+    chosen = single_plan = evaluate(fit, single, problem)
+    budget = options.memory_budget
+    limit = budget.limit(single_plan.memory.peak_bytes) if budget is not None else None
     notes: list[str] = []
-    schedule, predicted_us = single, single.makespan
+    watch.lap("syncs")
     if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
-        solver_options: dict[str, Any] = {}
-        if options.solver == "cpsat":
-            solver_options["time_limit"] = options.time_limit
-            # every rank must reach the same plan: no wall-clock cut (docs/distributed.md)
-            solver_options["wall_clock"] = not communicates(op_graph)
-        candidate = get_solver(options.solver)(split_problem, **solver_options)
-        candidate_us = predicted_makespan(split_problem, candidate, op_graph, runtime_op_us,
-                                          runtime_call_us, runtime_segment_us)
-        if candidate.streams_used > 1 and candidate_us < single.makespan * (1 - MIN_RELATIVE_GAIN):
-            schedule, predicted_us, problem = candidate, candidate_us, split_problem
+        solved = get_solver(options.solver)(split_problem, **solver_options)
+        watch.lap("solve")
+        candidate = evaluate(fit, solved, split_problem, how=f"{options.solver} plan")
+        if (candidate.schedule.streams_used > 1
+                and candidate.predicted_us < single.makespan * (1 - MIN_RELATIVE_GAIN)):
+            chosen, fit_notes = fit_plan(fit, candidate, single_plan, limit, MIN_RELATIVE_GAIN)
+            notes += fit_notes
         else:
-            overhead = (f", runtime overhead of {runtime_call_us:.0f} us per call, "
-                        f"{runtime_segment_us:.0f} us per segment and "
-                        f"{runtime_op_us:.1f} us per node included"
-                        if (runtime_op_us or runtime_call_us or runtime_segment_us)
-                        and candidate.streams_used > 1 else "")
-            notes.append(
-                f"{options.solver} plan ({candidate_us:.1f} us on {candidate.streams_used} "
-                f"streams{overhead}) is not faster than one stream ({single.makespan:.1f} us); "
-                "keeping one stream"
-            )
-    syncs = tuple(compute_syncs(op_graph, schedule)) if schedule.streams_used > 1 else ()
+            notes.append(_not_faster_note(options.solver, candidate, single, costs))
+    watch.lap("syncs")
     return Plan(
         op_graph=op_graph,
-        problem=problem,
-        schedule=schedule,
-        syncs=syncs,
+        problem=chosen.problem,
+        schedule=chosen.schedule,
+        syncs=chosen.syncs,
         estimates=estimates,
         single_stream_us=single.makespan,
         plan_seconds=time.perf_counter() - t0,
-        predicted_us=predicted_us,
+        predicted_us=chosen.predicted_us,
         notes=tuple(notes),
+        memory=PlanMemory(chosen.memory.peak_bytes, single_plan.memory.peak_bytes, limit,
+                          chosen.memory.reserved_bytes, chosen.memory, chosen.edges, chosen.how),
+        stages=watch.times(),
         transfers=transfers,
         comm_notes=comm_notes,
     )
@@ -200,6 +233,17 @@ def plan_graph(
 def communicates(op_graph: OpGraph) -> bool:
     """Whether any op of the graph communicates (collective, wait or blocking op)."""
     return any(comm_op(d["fx"]) is not None for _, d in op_graph.nodes(data=True))
+
+
+def _not_faster_note(solver: str, candidate, single: Schedule, costs: RuntimeCosts) -> str:
+    streams = candidate.schedule.streams_used
+    overhead = (f", runtime overhead of {costs.call_us:.0f} us per call, "
+                f"{costs.segment_us:.0f} us per segment and "
+                f"{costs.op_us:.1f} us per node included"
+                if (costs.op_us or costs.call_us or costs.segment_us) and streams > 1 else "")
+    return (f"{solver} plan ({candidate.predicted_us:.1f} us on {streams} "
+            f"streams{overhead}) is not faster than one stream ({single.makespan:.1f} us); "
+            "keeping one stream")
 
 
 def predicted_speedup_over_eager(single_stream_us: float, predicted_us: float,
@@ -261,7 +305,8 @@ def plan_model(
     max_streams: int = 2,
     solver: str = "cpsat",
     cost_table: str | CostModel | None = None,
-    time_limit: float = 5.0,
+    time_limit: float | None = None,
+    max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE,
 ) -> Plan:
     """Capture ``model``'s post-AOT graph and plan it (the largest graph if Dynamo splits it).
 
@@ -273,7 +318,7 @@ def plan_model(
     from autostream.capture import capture_graphs
 
     options = PlanOptions(max_streams, solver, None if not isinstance(cost_table, str) else cost_table,
-                          time_limit)
+                          time_limit, max_memory_increase)
     cost_model = load_cost_model(cost_table)
     graphs = capture_graphs(model, tuple(example_inputs))
     if not graphs:

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 #: Consumer name used for the syncs that join a side stream back to the main
 #: stream before the graph's ``output``.
 JOIN = "<output>"
+
+
+@dataclass(frozen=True)
+class SolverStats:
+    """Typed figures a solver reports about one solve; each solver subclasses it.
+
+    >>> @dataclass(frozen=True)
+    ... class Counted(SolverStats):
+    ...     tries: int
+    >>> Counted(3).as_dict()
+    {'tries': 3}
+    """
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as plain values (nested records as dicts), for JSON and reports."""
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -33,7 +50,8 @@ class Schedule:
     makespan: float
     lower_bound: float
     optimal: bool = False
-    stats: Mapping[str, Any] = field(default_factory=dict)
+    #: what the solver reports about how it found the schedule (``None``: nothing)
+    stats: SolverStats | None = None
 
     @property
     def streams_used(self) -> int:

@@ -24,6 +24,7 @@ __all__ = [
     "decoder_layer",
     "inception_block",
     "multihead_block",
+    "parallel_block",
     "two_branch_gemv",
     "random_dag_model",
 ]
@@ -184,6 +185,51 @@ def multihead_block(
     return MultiHeadBlock(hidden, out, heads, depth).eval(), (torch.randn(tokens, hidden),)
 
 
+class AttentionHead(nn.Module):
+    """One causal attention head that materialises its ``tokens x tokens`` scores."""
+
+    def __init__(self, hidden: int, dim: int, tokens: int) -> None:
+        super().__init__()
+        self.q = nn.Linear(hidden, dim, bias=False)
+        self.k = nn.Linear(hidden, dim, bias=False)
+        self.v = nn.Linear(hidden, dim, bias=False)
+        self.register_buffer("future", torch.ones(tokens, tokens, dtype=torch.bool).triu(1))
+        self.scale = dim**-0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = self.q(x) @ self.k(x).transpose(-2, -1) * self.scale
+        scores = scores.masked_fill(self.future, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ self.v(x)
+
+
+class ParallelBlock(nn.Module):
+    """A parallel transformer block (GPT-J, PaLM): ``x + attention(y) + mlp(y)`` with
+    ``y = norm(x)``, one module per attention head (as in minimal GPT implementations),
+    so the heads fan out beside the MLP."""
+
+    def __init__(self, hidden: int, heads: int, inner: int, tokens: int) -> None:
+        super().__init__()
+        self.norm = RMSNorm(hidden)
+        self.heads = nn.ModuleList(AttentionHead(hidden, hidden // heads, tokens)
+                                   for _ in range(heads))
+        self.o = nn.Linear(hidden, hidden, bias=False)
+        self.mlp = Expert(hidden, inner)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(x)
+        attention = self.o(torch.cat([h(y) for h in self.heads], dim=-1))
+        return x + attention + self.mlp(y)
+
+
+def parallel_block(
+    tokens: int = 384, hidden: int = 256, heads: int = 4, inner: int = 512
+) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """A parallel attention + MLP block on a ``tokens x hidden`` prompt (prefill-shaped:
+    the heads' scores dominate the activations)."""
+    _seeded(7)
+    return ParallelBlock(hidden, heads, inner, tokens).eval(), (torch.randn(tokens, hidden),)
+
+
 class TwoBranchGemv(nn.Module):
     """Two independent chains of GEMV-shaped matmuls (``rows x width @ width x width``)."""
 
@@ -263,5 +309,6 @@ ZOO = {
     "decoder": decoder_layer,
     "inception": inception_block,
     "multihead": multihead_block,
+    "parallel": parallel_block,
     "two_branch_gemv": two_branch_gemv,
 }

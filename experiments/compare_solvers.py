@@ -1,7 +1,10 @@
 """Solver comparison over the model zoo: predicted speed-up, gap and syncs of every solver.
 
-Every zoo model (and a few random DAG models) is captured once, costed with the
-default cost model, and planned by every solver on ``--streams`` streams.  Prints
+Every zoo model (and a few random DAG models), and every ``autostream.hf_zoo``
+model at two layers when ``transformers`` is installed, is captured once, costed
+with the default cost model (``--cost-table`` another), and planned by every
+solver on ``--streams`` streams.  A line under the tables counts the models where
+cpsat is slower than a baseline (never, by construction) and faster than HEFT.  Prints
 markdown tables (models x solvers) and writes figures into ``experiments/figures/``:
 ``solver_speedups.png`` (grouped bars) and ``gantt_<model>.png`` (the best plan of
 each model that uses several streams, with syncs, makespan and lower bound), and the
@@ -18,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from autostream import zoo
+from autostream import hf_zoo, zoo
 from autostream.report.compare import plan_solvers, syncs_for
 from autostream.report.dot import write_graph
 from autostream.report.gantt import gantt_png
@@ -36,7 +39,25 @@ def models(quick: bool) -> dict[str, tuple]:
     out = {name: fn() for name, fn in zoo.ZOO.items()}
     for seed in range(1 if quick else 3):
         out[f"random_dag_{seed}"] = zoo.random_dag_model(seed, ops=24)
+    for name in hf_zoo.available()[:2 if quick else None]:
+        out[f"hf_{name}"] = hf_zoo.HF_ZOO[name](layers=2)
     return out
+
+
+def cpsat_versus_baselines(rows: dict[str, list[SolverResult]]) -> str:
+    """How often cpsat is slower than some baseline, and faster than HEFT."""
+    slower, faster, total = [], 0, 0
+    for model, results in rows.items():
+        by = {r.solver: r.schedule.makespan for r in results if r.ok}
+        if "cpsat" not in by:
+            continue
+        total += 1
+        if any(by["cpsat"] > m + 1e-6 for s, m in by.items() if s != "cpsat"):
+            slower.append(model)
+        faster += "heft" in by and by["cpsat"] < by["heft"] - 1e-6
+    return (f"cpsat is slower than a baseline on {len(slower)} of {total} models"
+            f"{' (' + ', '.join(slower) + ')' if slower else ''}, strictly faster than HEFT "
+            f"on {faster} of {total}.")
 
 
 def matrix(title: str, rows: dict[str, list[SolverResult]], solvers: list[str], cell) -> str:
@@ -87,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="cpsat budget in seconds (default 5, 1 with --quick)")
     ap.add_argument("--solvers", default=",".join(s for s in ORDER if s in SOLVERS))
     ap.add_argument("--figures", type=Path, default=FIGURES)
+    ap.add_argument("--cost-table", default=None, help="cost table (default: the default model)")
     args = ap.parse_args(argv)
     time_limit = args.time_limit or (1.0 if args.quick else 5.0)
     solvers = [s.strip() for s in args.solvers.split(",") if s.strip()]
@@ -94,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, list[SolverResult]] = {}
     problems = {}
     for name, (model, inputs) in models(args.quick).items():
-        source = problem_from_model(model, inputs, args.streams, time_limit=time_limit, title=name)
+        source = problem_from_model(model, inputs, args.streams, cost_table=args.cost_table,
+                                    time_limit=time_limit, title=name)
         problems[name] = source.problem
         rows[name] = plan_solvers(source.problem, solvers, time_limit=time_limit)
         print(f"planned {name}: {source.problem.graph.number_of_nodes()} ops", file=sys.stderr)
@@ -104,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         star = "*" if r.schedule.optimal else ""
         return f"{base / r.schedule.makespan:.2f}x{star}" if base else "-"
 
-    print(f"Predicted by the default cost model, up to {args.streams} streams, cpsat budget "
+    table = f"the {args.cost_table} cost table" if args.cost_table else "the default cost model"
+    print(f"Predicted by {table}, up to {args.streams} streams, cpsat budget "
           f"{time_limit:g} s. Speed-up is over the single-stream plan; * = proven optimal.\n")
     print(matrix("Predicted speed-up over one stream", rows, solvers, speedup))
     print()
@@ -114,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     print(matrix("Syncs (record/wait pairs) / streams used", rows, solvers,
                  lambda r, by: f"{len(r.syncs)} / {r.schedule.streams_used}"))
     print()
+    print(cpsat_versus_baselines(rows) + "\n")
     failed = [(m, r.solver, r.error) for m, rs in rows.items() for r in rs if not r.ok]
     for m, s, err in failed:
         print(f"- {m}: {s} failed: {err}")

@@ -30,9 +30,10 @@ from typing import Any
 import torch
 
 from autostream import zoo
+from autostream.calibration import calibrate_graphs
 from autostream.capture import capture_graphs
 from autostream.cost import CostModel, CostTable
-from autostream.cost.calibrate import ROUNDS, calibrate_graphs, collect_ops, robust_time
+from autostream.cost.calibrate import ROUNDS, collect_ops, robust_time
 from autostream.cost.free import is_free_target
 from autostream.cost.incontext import GraphTimer, graph_inputs
 from autostream.cost.signature import node_signature

@@ -51,7 +51,12 @@ EXPERIMENTS = (
                ("--limit", "5", "--streams", "2", "4", "--time-limit", "1")),
     Experiment("scale_benchmark.py", "Scale benchmark",
                "cpsat planning time and gap on synthetic decoder graphs of growing depth.",
-               ("--layers", "4", "--time-limit", "1"), ("--layers", "4", "8", "16", "32")),
+               ("--layers", "4", "--time-limit", "1"), ("--layers", "4", "8", "16", "32", "128")),
+    Experiment("zoo_benchmark.py", "Zoo benchmark: the pass on transformers models",
+               "Pass time, recompile from the plan cache, gap to the bound and HEFT on every "
+               "hf_zoo model at 32 layers, ascend910b and h200 tables, 2 and 4 streams; "
+               "planning time of the small zoo graphs.",
+               ("--layers", "2", "--models", "llama", "bert")),
     Experiment("cost_accuracy.py", "Cost-model accuracy",
                "Estimated versus measured op and graph times on this machine.",
                ("--repeat", "5")),
@@ -65,6 +70,9 @@ EXPERIMENTS = (
                "What two CPU streams can gain at most per model (two copies of its graph), and "
                "plans run with ops called from Python against traced segments.",
                ("--runs", "5", "--warmup", "1")),
+    Experiment("memory.py", "Peak memory: predicted, measured, budgeted",
+               "Predicted against measured peak memory of multi-stream plans (CPU threads "
+               "runtime), and what the memory budget keeps of the fan-out model's speed-up."),
 )
 
 

@@ -50,7 +50,7 @@ def run(root: Path, sets: list[str], streams: list[int], solvers: list[str], lim
                                      makespan=s.makespan, lower=best.lower, best=best.upper,
                                      known=best.proven, gap=s.makespan / best.upper - 1.0,
                                      seconds=seconds, proven=bool(s.optimal),
-                                     deterministic=bool(s.stats.get("deterministic", True))))
+                                     deterministic=getattr(s.stats, "deterministic", True)))
             print(f"  {key} done", file=sys.stderr, flush=True)
     if out_csv:
         with out_csv.open("w", newline="") as fh:

@@ -8,15 +8,11 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from autostream.calibration import calibrate_graphs
 from autostream.cli import main
 from autostream.cost import CostModel, CostTable
-from autostream.cost.calibrate import (
-    OpCase,
-    calibrate_graphs,
-    calibrate_ops,
-    collect_ops,
-    make_inputs,
-)
+from autostream.cost.calibrate import OpCase, calibrate_ops, collect_ops
+from autostream.cost.inputs import make_inputs
 from autostream.cost.timing import CpuTimer, available_device
 from autostream.modelspec import load_model_spec
 
@@ -223,13 +219,13 @@ def test_compile_call_cost_is_recorded_as_zero_when_torch_compile_fails(monkeypa
     ([10, 40], [-5.0, -8.0], (0.0, 0.0, 0.0)),
 ])
 def test_runtime_costs_fit(nodes, extra, expected):
-    from autostream.cost.calibrate import fit_runtime_costs
+    from autostream.runtime.overhead import fit_runtime_costs
 
     assert fit_runtime_costs(nodes, extra) == pytest.approx(expected)
 
 
 def test_runtime_costs_fit_separates_segments_from_nodes():
-    from autostream.cost.calibrate import RUNTIME_COST_GRAPHS, fit_runtime_costs
+    from autostream.runtime.overhead import RUNTIME_COST_GRAPHS, fit_runtime_costs
 
     # the calibration's own design: nodes and segments of each striped graph
     nodes = [2 * d + 1 for d, _ in RUNTIME_COST_GRAPHS]

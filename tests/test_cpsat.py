@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from pathlib import Path
 
 import networkx as nx
@@ -10,8 +12,14 @@ import pytest
 from hypothesis import given, settings
 
 from autostream.problem import SchedulingProblem
-from autostream.solvers import cpsat, solve
-from autostream.solvers._bounds import segmented_lower_bound
+from autostream.solvers import solve
+from autostream.solvers.cpsat import clock, ladder, task_plan
+from autostream.solvers.cpsat.bounds import graham_by_pieces
+from autostream.solvers.cpsat.model import WindowResult
+from autostream.solvers.cpsat.options import CpsatOptions
+from autostream.solvers.cpsat.pieces import cut_into_pieces
+from autostream.solvers.cpsat.stitch import PieceLayout, stitch
+from autostream.solvers.cpsat.tasks import build_tasks
 from autostream.stg import read_optimal_csv, read_stg
 from tests.test_solvers import BASELINES, assert_valid, problems
 
@@ -58,38 +66,40 @@ def test_cpsat_is_deterministic():
     # 5 s: with 1 s the wall-clock cap binds first on 2 cores even when idle (CP-SAT checks
     # its deterministic limit between interleaved batches of ~0.1 deterministic seconds)
     a, b = solve(p, "cpsat", time_limit=5.0), solve(p, "cpsat", time_limit=5.0)
-    if not (a.stats["deterministic"] and b.stats["deterministic"]):
+    if not (a.stats.deterministic and b.stats.deterministic):
         # documented: on a loaded machine the wall-clock cap binds first
         pytest.skip("CPU too loaded: CP-SAT's wall-clock cap bound before its deterministic "
                     "limit")
     assert (a.stream_of, a.order, a.makespan) == (b.stream_of, b.order, b.makespan)
 
 
+def _cut_by_the_wall(plan: task_plan.TaskPlan) -> task_plan.TaskPlan:
+    return dataclasses.replace(plan, deterministic=False)
+
+
 def test_a_ladder_mode_stopped_by_the_wall_clock_makes_the_plan_not_reproducible(monkeypatch):
-    # shares > 0: the contention ladder solves several modes and keeps the best plan of
-    # any; one mode cut by the wall clock is enough for the kept plan to vary
-    real = cpsat._plan_tasks
+    # shares that can oversubscribe the device: the contention ladder solves several
+    # modes and keeps the best plan of any; one mode cut by the wall clock is enough
+    # for the kept plan to vary
+    real = ladder.plan_tasks
+    p = _fork_join(4, 0.4)
+    assert solve(p, "cpsat", time_limit=1.0, cache=False).stats.deterministic is True
 
     def approximate_modes_hit_the_wall(*args, **kwargs):
-        stream, start, stats = real(*args, **kwargs)
-        if kwargs.get("approximate"):
-            stats = {**stats, "deterministic": False}
-        return stream, start, stats
+        plan = real(*args, **kwargs)
+        return _cut_by_the_wall(plan) if kwargs.get("approximate") else plan
 
-    monkeypatch.setattr(cpsat, "_plan_tasks", approximate_modes_hit_the_wall)
-    s = solve(_fork_join(4, 0.4), "cpsat", time_limit=1.0)
-    assert s.stats["x1.5"]["deterministic"] is False
-    assert s.stats["deterministic"] is False
+    monkeypatch.setattr(ladder, "plan_tasks", approximate_modes_hit_the_wall)
+    assert solve(p, "cpsat", time_limit=1.0, cache=False).stats.deterministic is False
 
 
 def test_no_solve_gets_a_wall_cap_short_enough_to_abort_cp_sat():
     # OR-Tools 9.15 aborts the process when a tiny wall cap stops a hinted solve
-    assert cpsat._parameters(0.001, 0, 8).parameters.max_time_in_seconds >= cpsat._MIN_WALL_S
-    # too little time for a safe solve: the warm start, and the plan says the clock chose
-    p = _fork_join(4, 0.0, latency=0.5)
-    s = solve(p, "cpsat", time_limit=0.2)
-    assert_valid(p, s)
-    assert s.stats["windows_greedy"] >= 1 and s.stats["deterministic"] is False
+    assert clock.make_solver(0.001, 0, 8, 0.001).parameters.max_time_in_seconds >= clock.MIN_WALL_S
+    # past the deadline: the window keeps its greedy plan, and the plan says the clock chose
+    tg = build_tasks(_fork_join(4, 0.0, latency=0.5))
+    plan = task_plan.plan_tasks(tg, 4, 1.0, CpsatOptions(), deadline=time.perf_counter() - 1.0)
+    assert plan.windows_greedy == 1 and plan.deterministic is False and plan.found
 
 
 def test_a_proven_result_was_not_stopped_by_the_wall_clock():
@@ -98,11 +108,11 @@ def test_a_proven_result_was_not_stopped_by_the_wall_clock():
     from ortools.sat.python import cp_model
 
     at_cap = SimpleNamespace(wall_time=0.5, parameters=SimpleNamespace(max_time_in_seconds=0.5))
-    assert cpsat._hit_wall(at_cap, cp_model.FEASIBLE)
-    assert not cpsat._hit_wall(at_cap, cp_model.OPTIMAL)
-    assert not cpsat._hit_wall(at_cap, cp_model.INFEASIBLE)
+    assert clock.hit_wall(at_cap, cp_model.FEASIBLE)
+    assert not clock.hit_wall(at_cap, cp_model.OPTIMAL)
+    assert not clock.hit_wall(at_cap, cp_model.INFEASIBLE)
     early = SimpleNamespace(wall_time=0.1, parameters=SimpleNamespace(max_time_in_seconds=0.5))
-    assert not cpsat._hit_wall(early, cp_model.FEASIBLE)
+    assert not clock.hit_wall(early, cp_model.FEASIBLE)
 
 
 def test_a_zoo_model_gets_the_same_plan_twice_in_one_process():
@@ -121,7 +131,7 @@ def test_a_zoo_model_gets_the_same_plan_twice_in_one_process():
             [c] = capture(model, inputs)
             plans.append(plan_graph(c.gm, PlanOptions(), costs))  # the default 5 s
     a, b = plans
-    if not (a.schedule.stats["deterministic"] and b.schedule.stats["deterministic"]):
+    if not (a.schedule.stats.deterministic and b.schedule.stats.deterministic):
         pytest.skip("CPU too loaded: CP-SAT's wall-clock cap bound before its deterministic limit")
     assert dict(a.schedule.stream_of) == dict(b.schedule.stream_of)
     assert a.syncs == b.syncs
@@ -132,7 +142,7 @@ def test_ops_that_saturate_the_device_stay_on_one_stream():
     s = solve(p, "cpsat", time_limit=1.0)
     assert s.streams_used == 1
     assert s.makespan == pytest.approx(p.single_stream_time())
-    assert s.stats["source"] == "single"
+    assert s.stats.source == "single"
 
 
 def test_parallel_branches_without_contention_are_spread_and_proven_optimal():
@@ -140,8 +150,8 @@ def test_parallel_branches_without_contention_are_spread_and_proven_optimal():
     s = solve(p, "cpsat", time_limit=2.0)
     assert s.streams_used == 4
     assert s.makespan == pytest.approx(p.lower_bound()) == pytest.approx(10.0)
-    assert s.optimal and s.stats["status"] == "OPTIMAL"
-    assert s.stats["gap"] == pytest.approx(0.0)
+    assert s.optimal and s.stats.status == "OPTIMAL" and s.stats.proven
+    assert s.stats.gap == pytest.approx(0.0)
 
 
 def test_sync_latency_keeps_short_branches_on_the_producer_stream():
@@ -166,18 +176,23 @@ def test_bad_options_are_named():
         solve(_fork_join(2, 0.0), "cpsat", window=1)
 
 
-def test_no_solution_in_time_warns_and_returns_the_warm_start(monkeypatch, caplog):
-    def nothing(*args, **kwargs):
-        return cpsat.CpResult("UNKNOWN", {}, {}, 0, 0, 0.0, 0.0)
+def test_a_misspelt_option_is_named_with_the_allowed_ones():
+    with pytest.raises(ValueError, match=r"no option 'time_limt'; allowed: .*time_limit"):
+        solve(_fork_join(2, 0.0), "cpsat", time_limt=1.0)
 
-    monkeypatch.setattr(cpsat, "solve_window", nothing)
+
+def test_no_solution_in_time_says_so_and_returns_the_warm_start(monkeypatch, caplog):
+    def nothing(*args, **kwargs):
+        return WindowResult("UNKNOWN", {}, {}, 0, 0, 0.0, 0.0)
+
+    monkeypatch.setattr(task_plan, "solve_window", nothing)
     p = _fork_join(4, 0.0)
-    with caplog.at_level(logging.WARNING, logger="autostream"):
+    with caplog.at_level(logging.INFO, logger="autostream"):
         s = solve(p, "cpsat", time_limit=0.5)
     assert "found no plan" in caplog.text
     assert s.makespan == pytest.approx(solve(p, "heft").makespan)
     # without CP-SAT's proof, optimality is claimed only when the plan meets the bound
-    assert s.lower_bound == pytest.approx(segmented_lower_bound(p))
+    assert s.lower_bound == pytest.approx(graham_by_pieces(p))
     assert s.optimal == (s.makespan <= s.lower_bound + 1e-9)
 
 
@@ -204,8 +219,8 @@ def test_large_graphs_are_windowed_and_repeated_blocks_reused():
     g = _identical_layers(6)
     p = SchedulingProblem(g, streams=4)
     s = solve(p, "cpsat", time_limit=2.0, window=8, decompose=False)
-    assert s.stats["windows"] > 1 and s.stats["window_reuses"] >= 3
-    assert s.stats["tasks"] < len(g)  # chains collapsed
+    assert s.stats.windows > 1 and s.stats.windows_reused >= 3
+    assert s.stats.tasks < len(g)  # chains collapsed
     assert_valid(p, s)
     assert s.makespan == pytest.approx(p.lower_bound())  # each layer: its longest branch
 
@@ -216,7 +231,7 @@ def test_layered_graphs_are_cut_at_separators_and_each_distinct_piece_solved_onc
     s = solve(p, "cpsat", time_limit=2.0, window=8)
     # 12 layers, 12 joins: the first piece is layer 0 alone (no head), the others
     # repeat one shape, so two pieces are planned and the rest replicated.
-    assert s.stats["pieces"] == 12 and s.stats["pieces_solved"] == 2
+    assert s.stats.pieces == 12 and s.stats.pieces_solved == 2
     assert_valid(p, s)
     assert s.makespan == pytest.approx(p.lower_bound())
     assert s.optimal and s.lower_bound == pytest.approx(s.makespan)
@@ -224,28 +239,23 @@ def test_layered_graphs_are_cut_at_separators_and_each_distinct_piece_solved_onc
 
 
 def test_a_piece_cut_by_the_wall_clock_makes_the_whole_plan_not_reproducible(monkeypatch):
-    real = cpsat._plan_tasks
+    real = ladder.plan_tasks
     p = SchedulingProblem(_identical_layers(12), streams=4, sync_latency_us=0.5)
-    assert solve(p, "cpsat", time_limit=2.0, window=8).stats["deterministic"] is True
+    assert solve(p, "cpsat", time_limit=2.0, window=8, cache=False).stats.deterministic is True
 
-    def cut(*args, **kwargs):
-        stream, start, stats = real(*args, **kwargs)
-        return stream, start, {**stats, "deterministic": False}
-
-    monkeypatch.setattr(cpsat, "_plan_tasks", cut)
-    s = solve(p, "cpsat", time_limit=2.0, window=8)
-    assert s.stats["pieces"] == 12 and s.stats["deterministic"] is False
+    monkeypatch.setattr(ladder, "plan_tasks", lambda *a, **k: _cut_by_the_wall(real(*a, **k)))
+    s = solve(p, "cpsat", time_limit=2.0, window=8, cache=False)
+    assert s.stats.pieces == 12 and s.stats.deterministic is False
 
 
 def test_pieces_partition_the_graph_and_the_bound_holds():
-    from autostream.solvers._segments import pieces
-
     g = _identical_layers(5)
     p = SchedulingProblem(g, streams=3, sync_latency_us=1.0)
     s = solve(p, "cpsat", time_limit=1.0, window=8)
-    parts = pieces(p)
-    assert all(parts[i][-1] == parts[i + 1][0] for i in range(len(parts) - 1))
-    assert sorted({v for part in parts for v in part}) == sorted(g)
+    parts = cut_into_pieces(p)
+    assert all(parts[i].tail == parts[i + 1].head == parts[i + 1].ops[0]
+               for i in range(len(parts) - 1))
+    assert sorted(v for part in parts for v in part.own) == sorted(g)
     assert_valid(p, s)
     # The plan never beats the bound it reports, and the bound is at least Graham's.
     assert s.lower_bound >= p.lower_bound() - 1e-9
@@ -253,21 +263,19 @@ def test_pieces_partition_the_graph_and_the_bound_holds():
 
 
 def test_each_piece_is_renumbered_so_its_head_keeps_the_stream_it_was_given():
-    from autostream.solvers._segments import pieces, plan_by_pieces
-    from autostream.solvers.base import schedule_from_assignment
-
     g = _identical_layers(4)
     p = SchedulingProblem(g, streams=3)
+    parts = cut_into_pieces(p)
 
-    def fake_piece_plan(sub, seconds):
+    def layout(piece):
         # the head with branch 0 on stream 0; branches 1 and 3 on 1; branch 2 and the join on 2
-        head, *_, join = sub.topo_order
         branch_stream = {"b0": 0, "b1": 1, "b2": 2, "b3": 1}
-        stream = {v: branch_stream[v.split(".")[1]] for v in sub.topo_order[1:-1]}
-        stream.update({head: 0, join: 2})
-        return schedule_from_assignment(sub, stream, "fake")
+        stream = [branch_stream[v.split(".")[1]] if ".b" in v else 2 for v in piece.ops]
+        if piece.head is not None:
+            stream[0] = 0
+        return PieceLayout(tuple(stream), tuple(range(len(piece.ops))))
 
-    stream_of, order, _ = plan_by_pieces(p, pieces(p), fake_piece_plan, 1.0)
+    stream_of, order = stitch(parts, [layout(x) for x in parts], 3)
     for layer in range(1, 4):
         head = f"L{layer - 1}.join"
         # branch 0 follows its head to whatever stream the previous piece gave the head,
@@ -297,10 +305,10 @@ def test_relaxed_models_get_a_bound_without_contention(contention, caplog):
     for i in range(4):
         g.add_node(f"w{i}", duration=10.0, share=0.9, order=i)
     p = SchedulingProblem(g, streams=4)
-    with caplog.at_level(logging.WARNING, logger="autostream"):
+    with caplog.at_level(logging.INFO, logger="autostream"):
         s = solve(p, "cpsat", time_limit=1.0, contention=contention)
     assert "found no plan" not in caplog.text
-    assert s.stats["relaxed"]["status"] in ("OPTIMAL", "FEASIBLE")
+    assert s.stats.status in ("OPTIMAL", "FEASIBLE")
     assert s.makespan <= solve(p, "single").makespan + 1e-9
 
 

@@ -106,10 +106,14 @@ def test_planning_failure_leaves_graph_unchanged_and_compiles(monkeypatch):
 
 
 def test_rewrite_rejected_by_verifier_restores_the_original_graph(monkeypatch):
-    # Drop every sync: the verifier must catch the unordered dependences.
-    import autostream.planning as planning
+    # Drop every sync of the plan: the verifier must catch the unordered dependences.
+    import dataclasses
 
-    monkeypatch.setattr(planning, "compute_syncs", lambda deps, schedule: [])
+    import autostream.passes as passes
+
+    planned = passes.plan_graph
+    monkeypatch.setattr(passes, "plan_graph",
+                        lambda gm, options: dataclasses.replace(planned(gm, options), syncs=()))
     model, inputs = moe_model()
     [c] = capture(model, inputs)
     before = _code(c.gm)

@@ -84,3 +84,15 @@ def test_plan_model_spec(tmp_path):
     data = json.loads(out.read_text())
     assert KEYS <= set(data)
     assert data["nodes"] >= 2 and data["makespan_us"] <= data["single_stream_us"] + 1e-9
+
+
+def test_plan_json_has_the_time_of_every_stage_of_the_pass(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["plan", "autostream.zoo:multihead_block", "--streams", "4", "--cost-table",
+                 "ascend910b", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    stages = data["stage_seconds"]
+    assert set(stages) == {"graph", "costs", "solve", "syncs", "rewrite", "verify"}
+    assert data["applied"] is True and data["streams_used"] > 1  # rewritten and verified
+    assert data["pass_seconds"] == pytest.approx(sum(stages.values()), abs=1e-3)
+    assert "pass time" in capsys.readouterr().out

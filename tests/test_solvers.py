@@ -96,7 +96,7 @@ def test_nimble_needs_as_many_streams_as_the_widest_antichain(problem):
         for a, b in itertools.pairwise(chain):
             assert closure.has_edge(a, b)
     s = solve(problem, "nimble")
-    assert s.stats["nimble_streams_needed"] == width
+    assert s.stats.streams_needed == width
     assert s.streams_used <= problem.streams
 
 
@@ -129,7 +129,7 @@ def test_tf_greedy_inherits_only_through_fan_out_one():
     p = _problem([("a", "b"), ("b", "c"), ("a", "d")], streams=4)
     s = solve(p, "tf_greedy")
     assert s.stream_of["c"] == s.stream_of["b"] != s.stream_of["a"]
-    assert s.stats["virtual_streams"] == 3
+    assert s.stats.virtual_streams == 3
     folded = solve(_problem([("a", "b"), ("b", "c"), ("a", "d")], streams=2), "tf_greedy")
     assert folded.streams_used == 2  # virtual stream 2 folds onto stream 0
 
@@ -153,7 +153,7 @@ def test_critical_path_keeps_the_deepest_path_on_the_main_stream():
 def test_nimble_folds_and_reports_when_it_needs_more_streams():
     p = _problem([], nodes="abcde", streams=2)
     s = solve(p, "nimble")
-    assert s.stats["nimble_streams_needed"] == 5
+    assert s.stats.streams_needed == 5
     assert s.streams_used == 2
 
 
@@ -182,3 +182,12 @@ def test_bad_problems_are_rejected_with_the_reason():
     g.add_node("a", duration=-1.0)
     with pytest.raises(ValueError, match="'a'.*duration"):
         SchedulingProblem(g, streams=2)
+
+
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_a_misspelt_option_is_rejected_by_name(name):
+    g = nx.DiGraph([("a", "b")])
+    nx.set_node_attributes(g, 1.0, "duration")
+    p = SchedulingProblem(g, streams=2)
+    with pytest.raises(ValueError, match=rf"solver '{name}' has no option 'time_limt'"):
+        solve(p, name, time_limt=1.0)

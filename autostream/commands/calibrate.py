@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return run_collectives(args)
     if not args.model_spec:
         raise ValueError("give at least one MODEL_SPEC (or --collectives for link fits)")
-    from autostream.cost.calibrate import calibrate_graphs
+    from autostream.calibration import calibrate_graphs, to_device
     from autostream.cost.table import CostTable, median_table
     from autostream.cost.timing import available_device
     from autostream.modelspec import load_model_spec
@@ -69,14 +69,13 @@ def run(args: argparse.Namespace) -> int:
         existing = CostTable.load(args.out, expect_kind=device.type)
 
     from autostream.capture import capture_graphs
-    from autostream.cost.calibrate import _to
 
     graphs = []
     for spec in args.model_spec:
         model, inputs = load_model_spec(spec)
         if device.type != "cpu" and hasattr(model, "to"):
             model = model.to(device)
-        graphs += capture_graphs(model, _to(inputs, device))
+        graphs += capture_graphs(model, to_device(inputs, device))
     tables = [calibrate_graphs(graphs, device, args.warmup, args.repeat,
                                progress=not args.no_progress, models=args.model_spec,
                                threads=args.threads, in_graph=not args.isolated)

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.launch_overhead < 0:
         raise ValueError(f"--launch-overhead must be >= 0 us, got {args.launch_overhead}")
     results = plan_solvers(source.problem, solvers, time_limit=args.time_limit,
-                           launch_overhead_us=args.launch_overhead)
+                           launch_overhead_us=args.launch_overhead, memory=source.memory)
     files = write_reports(args.out, source.problem, results, title=source.title)
     print(files.table.read_text(), end="")
     for note in source.notes:

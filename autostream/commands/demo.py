@@ -4,7 +4,8 @@ Plans the built-in MoE layer (a shared expert beside routed experts) with severa
 solvers, prints the comparison table, writes Gantt charts, Perfetto traces and graph
 dumps into ``--out``, then runs the best plan (or ``--solver``'s) on the CPU threads
 runtime (when it is installed) and prints the measured speed-up over the best single-stream run
-(eager, or the same compiled graph on one stream) next to the predicted one.  Missing
+(eager, or the same compiled graph on one stream) next to the predicted one, and the
+plan's predicted and measured peak memory.  Missing
 optional pieces are reported, never fatal: the demo exits 0.
 """
 
@@ -112,15 +113,27 @@ def _measure(model: Any, inputs: tuple[Any, ...], streamed: Any, report: Any, st
                  + ", ".join(f"{k} {v:,.0f}" for k, v in med.items()))
     lines.append(f"measured speed-up {med[base_name] / med[planned]:.2f}x over the best single "
                  f"stream ({base_name}); predicted {predicted:.2f}x")
+    if report.plan is not None and report.plan.memory is not None:
+        lines.append(_predicted_memory(report.plan.memory))
     if not report.applied:
         lines.append("(the pass kept one stream, so the measured run is single-stream)")
     return lines
 
 
+def _predicted_memory(memory: Any) -> str:
+    from autostream.budget import format_bytes
+
+    limit = (f", budget {format_bytes(memory.limit_bytes)}" if memory.limit_bytes is not None
+             else "")
+    return (f"predicted peak memory {format_bytes(memory.peak_bytes)} "
+            f"({100 * memory.increase:+.1f}% over one stream's "
+            f"{format_bytes(memory.single_stream_peak_bytes)}{limit})")
+
+
 def _measured_trace(model: Any, inputs: tuple[Any, ...], out: Path, streams: int, solver: str,
                     time_limit: float, repeats: int = 5) -> str:
-    """Run the plan on the threads runtime with per-op spans and write predicted and
-    measured timelines into one Perfetto trace."""
+    """Run the plan on the threads runtime with per-op spans and the bytes it holds, and
+    write predicted and measured timelines into one Perfetto trace."""
     import torch
 
     from autostream.capture import capture
@@ -135,14 +148,19 @@ def _measured_trace(model: Any, inputs: tuple[Any, ...], out: Path, streams: int
     report = stream_pass.last_report
     if not report.applied:
         return f"measured trace: skipped ({report.reason})"
-    with ThreadsRunner(captured.gm, record_spans=True) as runner, torch.no_grad():
+    with ThreadsRunner(captured.gm, record_spans=True, record_memory=True) as runner, \
+            torch.no_grad():
         for _ in range(repeats):  # the last call's spans, after warm-up
             runner(*captured.args)
-        spans = runner.last_spans
+        spans, measured = runner.last_spans, runner.last_memory
     plan = report.plan
     path = write_trace(out / "measured_trace.json", plan.problem, plan.schedule, plan.syncs,
                        measured=Timeline.from_spans(spans))
-    return f"measured trace (predicted and measured timelines): {path}"
+    from autostream.budget import format_bytes
+
+    return (f"measured peak memory {format_bytes(measured.peak_bytes)} (predicted "
+            f"{format_bytes(plan.memory.peak_bytes)})\n"
+            f"measured trace (predicted and measured timelines): {path}")
 
 
 def _best_solver(results: list, fallback: str) -> str:
@@ -180,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     problem = source.problem
     _say(f"{problem.graph.number_of_nodes()} ops, up to {problem.streams} streams, "
          f"sync latency {problem.sync_latency_us:g} us; planning with {', '.join(solvers)}")
-    results = plan_solvers(problem, solvers, time_limit=args.time_limit)
+    results = plan_solvers(problem, solvers, time_limit=args.time_limit, memory=source.memory)
     _say()
     _say(markdown_table(results))
     _say()

@@ -11,7 +11,13 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget, format_bytes
+from autostream.stages import Stopwatch
+
+if TYPE_CHECKING:
+    from autostream.schedule import Schedule
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,14 +32,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--streams", type=int, default=4, help="maximum number of streams (default 4)")
     p.add_argument("--solver", default="cpsat", help="solver name (default cpsat)")
     p.add_argument("--cost-table", default=None, help="cost table name or path (models only)")
-    p.add_argument("--time-limit", type=float, default=10.0,
-                   help="seconds for solvers that search (cpsat); default 10")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="seconds for solvers that search (cpsat); default: by the graph's size")
+    p.add_argument("--max-memory-increase", default=DEFAULT_MAX_MEMORY_INCREASE, metavar="X",
+                   help="how far the plan's predicted peak memory may rise above one stream's: "
+                   "a fraction (0.1), a size (512MiB), both (10%%,2MiB: the larger) or none; "
+                   f"0 keeps it at one stream's peak (default {DEFAULT_MAX_MEMORY_INCREASE})")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
                    help="also write the figures as JSON to OUT")
     p.set_defaults(func=run)
 
 
-def plan_stg(path: str, streams: int, solver: str, time_limit: float) -> dict[str, Any]:
+def plan_stg(path: str, streams: int, solver: str, time_limit: float | None) -> dict[str, Any]:
     """Plan an ``.stg`` file; the same figures as ``Plan.summary()`` for a model."""
     from autostream.solvers import solve
     from autostream.stg import read_stg
@@ -42,9 +52,12 @@ def plan_stg(path: str, streams: int, solver: str, time_limit: float) -> dict[st
         raise FileNotFoundError(f"STG file {path} does not exist")
     t0 = time.perf_counter()
     problem = read_stg(path, streams=streams)
-    options = {"time_limit": time_limit} if solver == "cpsat" else {}
+    watch = Stopwatch()
+    options = {"time_limit": time_limit} if solver == "cpsat" and time_limit else {}
     schedule = solve(problem, solver, **options)
+    watch.lap("solve")
     syncs = _syncs(problem.graph, schedule) if schedule.streams_used > 1 else []
+    watch.lap("syncs")
     single = problem.single_stream_time()
     return {
         "solver": solver,
@@ -57,7 +70,9 @@ def plan_stg(path: str, streams: int, solver: str, time_limit: float) -> dict[st
         "num_syncs": len(syncs),
         "optimal": bool(schedule.optimal),
         "plan_seconds": time.perf_counter() - t0,
-        "solver_stats": {k: v for k, v in schedule.stats.items() if _plain(v)},
+        "stage_seconds": watch.times().as_dict(),
+        "pass_seconds": round(watch.times().total, 4),
+        "solver_stats": solver_stats(schedule),
     }
 
 
@@ -78,32 +93,63 @@ def _reduced_cross_edges(graph, schedule) -> list:
             if schedule.stream_of[u] != schedule.stream_of[v]]
 
 
+def solver_stats(schedule: Schedule) -> dict[str, Any]:
+    """The solver's figures as JSON values (``{}`` when it reports none)."""
+    if schedule.stats is None:
+        return {}
+    return {k: v for k, v in schedule.stats.as_dict().items() if _plain(v)}
+
+
 def _plain(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(map(_plain, value))
     return isinstance(value, (int, float, str, bool)) or value is None
 
 
 def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
-              time_limit: float) -> dict[str, Any]:
+              time_limit: float | None,
+              max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
+              ) -> dict[str, Any]:
     """Plan a ``.stg`` file or a model spec and return the summary figures."""
     from autostream.solvers import check_solver_name
 
+    MemoryBudget.parse(max_memory_increase, option="--max-memory-increase")
     if streams < 1:
         raise ValueError(f"--streams must be >= 1, got {streams}")
-    if not time_limit > 0:
+    if time_limit is not None and not time_limit > 0:
         raise ValueError(f"--time-limit must be > 0 seconds, got {time_limit}")
     check_solver_name(solver)
     if spec.endswith(".stg"):
         return plan_stg(spec, streams, solver, time_limit)
     from autostream.modelspec import load_model_spec
-    from autostream.planning import plan_model
 
     model, inputs = load_model_spec(spec)
-    plan = plan_model(model, inputs, max_streams=streams, solver=solver, cost_table=cost_table,
-                      time_limit=time_limit)
-    summary = dict(plan.summary())
+    return plan_captured(model, inputs, streams, solver, cost_table, time_limit,
+                         max_memory_increase)
+
+
+def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table: str | None,
+                  time_limit: float | None,
+                  max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
+                  ) -> dict[str, Any]:
+    """Capture the model's largest graph, run the pass on it (plan, rewrite, verify) and
+    return the summary figures; ``pass_seconds`` is all of it but the capture."""
+    from autostream.capture import capture_graphs
+    from autostream.passes import AutoStreamPass
+
+    graphs = capture_graphs(model, tuple(inputs))
+    if not graphs:
+        raise ValueError("torch.compile captured no graph for this model; nothing to plan")
+    gm = max(graphs, key=lambda g: len(g.graph.nodes))
+    report = AutoStreamPass(max_streams=streams, solver=solver, cost_table=cost_table,
+                            time_limit=time_limit,
+                            max_memory_increase=max_memory_increase).apply(gm)
+    if report.plan is None:
+        raise RuntimeError(f"the model could not be planned: {report.reason}")
+    summary = report.summary()
     summary["solver"] = solver
-    summary["solver_stats"] = {k: v for k, v in plan.schedule.stats.items() if _plain(v)}
-    summary["notes"] = list(plan.notes)
+    summary["solver_stats"] = solver_stats(report.plan.schedule)
+    summary["notes"] = list(report.plan.notes)
     return summary
 
 
@@ -125,14 +171,30 @@ def describe(spec: str, s: dict[str, Any]) -> str:
         + (f"  (speed-up {s['single_stream_us'] / s['makespan_us']:.2f}x)"
            if s["makespan_us"] > 0 else ""),
         f"  syncs              {s['num_syncs']}",
+        *_memory_lines(s),
         f"  planning time      {s['plan_seconds']:.2f} s",
     ]
+    if "pass_seconds" in s:
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in s["stage_seconds"].items() if v)
+        lines.append(f"  pass time          {s['pass_seconds']:.2f} s ({stages})")
     lines += [f"note: {n}" for n in s.get("notes", [])]
     return "\n".join(lines)
 
 
+def _memory_lines(s: dict[str, Any]) -> list[str]:
+    if "peak_bytes" not in s:
+        return []
+    single = s["single_stream_peak_bytes"]
+    rise = f"  ({100 * (s['peak_bytes'] / single - 1):+.1f}% over one stream" if single else "  ("
+    limit = s.get("memory_limit_bytes")
+    budget = f", budget {format_bytes(limit)})" if limit is not None else ", no budget)"
+    return [f"  peak memory        {format_bytes(s['peak_bytes'])}{rise}{budget}",
+            f"  one stream's peak  {format_bytes(single)}"]
+
+
 def run(args: argparse.Namespace) -> int:
-    summary = plan_spec(args.spec, args.streams, args.solver, args.cost_table, args.time_limit)
+    summary = plan_spec(args.spec, args.streams, args.solver, args.cost_table, args.time_limit,
+                        args.max_memory_increase)
     print(describe(args.spec, summary))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=2, default=str) + "\n")

@@ -1,10 +1,11 @@
 """Offline calibration: time each distinct op signature of a model on a real device.
 
-``calibrate_model`` captures the post-grad ATen graphs of a model, collects the
-distinct op signatures, runs each on random tensors of those shapes (warm-up, then
-``repeat`` timed runs), measures its device share by running a second copy
-concurrently, times it again inside its whole graph (:mod:`autostream.cost.incontext`), and measures the device profile (peak FLOP/s, bandwidth, launch,
-record/wait and stream-switch costs).  Ops it cannot run are skipped with a reason.
+Every distinct op signature of a model's post-grad ATen graphs runs on random
+tensors of those shapes (warm-up, then ``repeat`` timed runs), has its device share
+measured by running a second copy concurrently, and is timed again inside its whole
+graph (:mod:`autostream.cost.incontext`); the device profile (peak FLOP/s, bandwidth,
+launch, record/wait and stream-switch costs) is measured too.  Ops that cannot run
+alone are skipped with a reason.
 
 Split factor and device share.  A multi-stream plan runs on its own share of the
 intra-op threads (CPU: half of them for two streams; accelerator streams do not
@@ -19,23 +20,24 @@ copies of an op with share ``s > 0.5`` each run at ``1 / (2 s)`` of full speed, 
 this share reproduces the measured pair slowdown exactly; ``r <= 1`` (no slowdown)
 maps to ``0.5``, the conservative end of the shares that predict no slowdown.
 
->>> import torch
->>> table = calibrate_model(torch.nn.ReLU(), (torch.randn(4, 4),), warmup=1, repeat=3,
-...                         measure_device=False, progress=False)
->>> [(e.op, e.signature) for e in table.entries]
-[('aten.relu.default', 'f32[4, 4]')]
+The whole calibration of a model (these op times, the device profile, the runtime's
+own costs) is :func:`autostream.calibration.calibrate_model`.
+
+>>> from torch.fx.experimental.proxy_tensor import make_fx
+>>> gm = make_fx(lambda a: (a @ a).relu())(torch.ones(4, 4))
+>>> [case.sig.op for case in collect_ops([gm])]
+['aten.mm.default', 'aten.relu.default']
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
 import math
 import os
 import platform
-import socket
 import statistics
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -44,10 +46,11 @@ import torch
 import torch.fx
 
 from autostream.cost.free import is_free_target
-from autostream.cost.profile import GENERIC_CPU, DeviceProfile
-from autostream.cost.signature import OpSignature, TensorSpec, dtype_short, node_signature
-from autostream.cost.table import CostTable, Entry, Skipped
-from autostream.cost.timing import available_device, make_timer
+from autostream.cost.incontext import GraphTimer
+from autostream.cost.inputs import make_inputs
+from autostream.cost.profile import DeviceProfile
+from autostream.cost.signature import OpSignature, dtype_short, node_signature
+from autostream.cost.table import Entry, Skipped
 
 log = logging.getLogger("autostream")
 
@@ -84,45 +87,6 @@ def collect_ops(graphs: Iterable[torch.fx.GraphModule]) -> list[OpCase]:
             sig = node_signature(node)
             seen.setdefault((sig.op, sig.key), OpCase(sig, node.target))
     return list(seen.values())
-
-
-def _fill(numel: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
-    if dtype.is_floating_point or dtype.is_complex:
-        try:
-            return torch.randn(numel, generator=gen, dtype=dtype)
-        except (RuntimeError, TypeError):
-            return torch.randn(numel, generator=gen).to(dtype)
-    if dtype == torch.bool:
-        return torch.rand(numel, generator=gen) < 0.5
-    # integer tensors are mostly indices: zero is valid for every indexed size
-    return torch.zeros(numel, dtype=dtype)
-
-
-def make_tensor(spec: TensorSpec, device: torch.device, gen: torch.Generator) -> torch.Tensor:
-    """A random tensor with ``spec``'s shape, dtype and strides on ``device``."""
-    if spec.contiguous or spec.stride is None:
-        return _fill(spec.numel, spec.dtype, gen).reshape(spec.shape).to(device)
-    if any(s == 0 for s in spec.shape):
-        return torch.empty_strided(spec.shape, spec.stride, dtype=spec.dtype, device=device)
-    storage = 1 + sum((s - 1) * st for s, st in zip(spec.shape, spec.stride, strict=True))
-    return _fill(storage, spec.dtype, gen).to(device).as_strided(spec.shape, spec.stride)
-
-
-def make_inputs(sig: OpSignature, device: torch.device, gen: torch.Generator
-                ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Real ``(args, kwargs)`` for ``sig``: random tensors where the graph had tensors."""
-    def build(v: Any) -> Any:
-        if isinstance(v, TensorSpec):
-            return make_tensor(v, device, gen)
-        if isinstance(v, list):
-            return [build(x) for x in v]
-        if isinstance(v, tuple):
-            return tuple(build(x) for x in v)
-        if isinstance(v, torch.device):
-            return device
-        return v
-
-    return build(sig.args), {k: build(v) for k, v in sig.kwargs.items()}
 
 
 def _skip_reason(case: OpCase) -> str | None:
@@ -285,8 +249,6 @@ def graph_op_times(graphs: Sequence[torch.fx.GraphModule], device: torch.device,
     """In-graph times (us) pooled per op signature and grouped by round, over ``repeat``
     runs of each graph in interleaved rounds; plus a note for each graph that could not
     run on random inputs."""
-    from autostream.cost.incontext import GraphTimer
-
     timers, notes = [], []
     for gi, gm in enumerate(graphs):
         try:
@@ -316,7 +278,7 @@ def graph_op_times(graphs: Sequence[torch.fx.GraphModule], device: torch.device,
     return pooled, notes
 
 
-def _with_graph_times(entries: list[Entry], pooled: dict[tuple[str, str], list[list[float]]]
+def with_graph_times(entries: list[Entry], pooled: dict[tuple[str, str], list[list[float]]]
                       ) -> list[Entry]:
     out = []
     for e in entries:
@@ -336,10 +298,12 @@ def _median_call_us(fn: Callable[[], object], timer: Any, warmup: int, repeat: i
     return statistics.median(timer.samples(fn, warmup, repeat))
 
 
-def measure_profile(device: torch.device, timer: Any, name: str) -> DeviceProfile:
+def measure_profile(device: torch.device, timer: Any, name: str,
+                    runtime_us: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> DeviceProfile:
     """Peak FLOP/s per dtype (a square matmul), bandwidth (a large copy), launch
-    overhead (host time of a tiny op), record/wait and stream-switch costs."""
-    import time
+    overhead (host time of a tiny op), record/wait and stream-switch costs, and
+    ``torch.compile``'s per-call cost; ``runtime_us`` is the multi-stream runtime's
+    ``(per_node, per_call, per_segment)`` (:func:`autostream.runtime.overhead.runtime_costs`)."""
 
     peaks = {}
     for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
@@ -371,7 +335,7 @@ def measure_profile(device: torch.device, timer: Any, name: str) -> DeviceProfil
         calls.append((clock() - t0) / 1e3)
     launch = statistics.median(calls)
     timer.synchronize()
-    per_node, per_call, per_segment = runtime_costs(device, timer)
+    per_node, per_call, per_segment = runtime_us
     compile_call = compile_call_cost(device)
     return DeviceProfile(
         name=name, kind=device.type, origin="measured", peak_flops=peaks, bandwidth=bandwidth,
@@ -396,8 +360,6 @@ def compile_call_cost(device: torch.device, repeat: int = 400, rounds: int = ROU
     >>> compile_call_cost(torch.device("cpu"), repeat=20, rounds=2) >= 0.0
     True
     """
-    import time
-
     class Small(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -429,95 +391,6 @@ def compile_call_cost(device: torch.device, repeat: int = 400, rounds: int = ROU
     return max(0.0, statistics.median(samples["compiled"]) - statistics.median(samples["eager"]))
 
 
-#: (depth, segments per stream) of the graphs ``runtime_costs`` fits on
-RUNTIME_COST_GRAPHS = ((4, 1), (16, 1), (32, 1), (16, 4), (32, 4), (32, 16))
-
-
-def runtime_costs(device: torch.device, timer: Any,
-                  graphs: Sequence[tuple[int, int]] = RUNTIME_COST_GRAPHS,
-                  repeat: int = 200, rounds: int = ROUNDS) -> tuple[float, float, float]:
-    """``(per_node_us, per_call_us, per_segment_us)`` that autostream's multi-stream runtime adds.
-
-    Runs two-stream graphs of tiny ops (``striped_chains``: two chains of ``depth``
-    ops, each cut into ``segments`` runs by records) on the runtime the backend uses
-    for ``device`` (threads on CPU, streams on accelerators) and each graph's
-    compiled code, in interleaved rounds; the extra time is fitted (least squares,
-    non-negative) as ``per_call + per_node * nodes + per_segment * segments``.  Per
-    call: handing work to the side stream, the join (a blocked waiter's wake-up),
-    binding inputs; per node: the interpreter; per segment: entering a run of ops and,
-    on CPU, taking the GIL back from the other stream after it.  The planner charges
-    all three to multi-stream plans and none to the single-stream graph.  Ops are
-    tiny (2x2) so that overlapping the two chains gains nothing to offset the costs;
-    on CPU without the timer's scrub (``CpuTimer.unscrubbed``).
-    """
-    from autostream.runtime import make_runner, parse_program
-    from autostream.runtime.builder import striped_chains
-    from autostream.runtime.segments import count_segments
-
-    timer = getattr(timer, "unscrubbed", lambda: timer)()
-    cases = []
-    for depth, segments in graphs:
-        gm, inputs = striped_chains(depth=depth, segments=segments)
-        inputs = tuple(t.to(device) for t in inputs)
-        runner = make_runner(gm, "threads" if device.type == "cpu" else "streams")
-        program = parse_program(gm)
-        nodes = sum(1 for s in program.steps if s.kind == "op")
-        cases.append((nodes, count_segments(program), gm, inputs, runner, [], []))
-    rounds = max(1, min(rounds, repeat))
-    try:
-        with torch.no_grad():
-            for _ in range(rounds):
-                for _, _, gm, inputs, runner, plain, staged in cases:
-                    plain += timer.samples(lambda gm=gm, a=inputs: gm(*a), 5, repeat // rounds)
-                    staged += timer.samples(lambda r=runner, a=inputs: r(*a), 5, repeat // rounds)
-    finally:
-        for case in cases:
-            getattr(case[4], "close", lambda: None)()
-    return fit_runtime_costs([c[0] for c in cases],
-                             [statistics.median(c[6]) - statistics.median(c[5]) for c in cases],
-                             [c[1] for c in cases])
-
-
-def fit_runtime_costs(nodes: Sequence[int], extra_us: Sequence[float],
-                      segments: Sequence[int] | None = None) -> tuple[float, float, float]:
-    """``(per_node, per_call, per_segment)`` from the extra time of graphs of ``nodes``
-    nodes and ``segments`` segments: least squares slopes, none negative (a regressor
-    whose slope would be is dropped), and the median of what they leave per call (>= 0).
-
-    >>> fit_runtime_costs([10, 40, 160], [150.0, 240.0, 600.0])
-    (3.0, 120.0, 0.0)
-    >>> fit_runtime_costs([10, 40, 40, 160], [160.0, 250.0, 550.0, 910.0], [1, 1, 4, 4])
-    (3.0, 30.0, 100.0)
-    """
-    import itertools
-
-    import numpy as np
-
-    y = np.asarray(extra_us, dtype=float)
-    columns = {"node": np.asarray(nodes, dtype=float)}
-    if segments is not None:
-        columns["segment"] = np.asarray(segments, dtype=float)
-    best: tuple[float, dict[str, float]] = (float("inf"), {})
-    for k in range(len(columns) + 1):
-        for names in itertools.combinations(columns, k):
-            if any(len(set(columns[n])) < 2 for n in names):
-                continue  # a constant regressor is the intercept's
-            a = np.column_stack([np.ones_like(y), *(columns[n] for n in names)])
-            coef = np.linalg.lstsq(a, y, rcond=None)[0]
-            if any(c < 0 for c in coef[1:]):
-                continue
-            error = float(np.sum((a @ coef - y) ** 2))
-            if error < best[0] - 1e-9:
-                best = (error, dict(zip(names, map(float, coef[1:]), strict=True)))
-    slopes = best[1]
-    per_node, per_segment = slopes.get("node", 0.0), slopes.get("segment", 0.0)
-    rest = y - per_node * columns["node"]
-    if segments is not None:
-        rest = rest - per_segment * columns["segment"]
-    per_call = max(0.0, float(np.median(rest)))
-    return round(per_node, 6), round(per_call, 6), round(per_segment, 6)
-
-
 def device_name(device: torch.device) -> str:
     """A label for the machine: CPU model and core count, or the accelerator's name."""
     if device.type == "cpu":
@@ -536,85 +409,3 @@ def device_name(device: torch.device) -> str:
     backend = getattr(torch, device.type, None)
     get = getattr(backend, "get_device_name", None)
     return get(device) if get else device.type
-
-
-def _to(v: Any, device: torch.device) -> Any:
-    if isinstance(v, torch.Tensor):
-        return v.to(device)
-    if isinstance(v, (list, tuple)):
-        return type(v)(_to(x, device) for x in v)
-    return v
-
-
-def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch.device = "cpu",
-                     warmup: int = 5, repeat: int = 30, measure_device: bool = True,
-                     progress: bool = True, models: Sequence[str] = (),
-                     threads: int | None = None, in_graph: bool = True) -> CostTable:
-    """A :class:`CostTable` for the op signatures of ``graphs`` measured on ``device``.
-
-    ``threads`` sets torch's intra-op thread count while measuring (CPU); the table
-    records it.  On a loaded machine one thread gives far steadier numbers.
-    ``in_graph`` replaces each entry's time by its time inside its graph (see
-    :mod:`autostream.cost.incontext`); the isolated time stays in ``isolated_us``.
-    """
-    if threads is not None:
-        if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            return calibrate_graphs(graphs, device, warmup, repeat, measure_device, progress,
-                                    models, None, in_graph)
-        finally:
-            torch.set_num_threads(before)
-    dev = device if isinstance(device, torch.device) else available_device(device)
-    timer = make_timer(dev)
-    name = device_name(dev)
-    cases = collect_ops(graphs)
-    entries, skipped = calibrate_ops(cases, dev, timer, warmup, repeat, progress)
-    notes: list[str] = []
-    if in_graph:
-        pooled, notes = graph_op_times(graphs, dev, warmup, repeat)
-        entries = _with_graph_times(entries, pooled)
-    if measure_device:
-        with torch.no_grad():
-            profile = measure_profile(dev, timer, name)
-    else:
-        profile = DeviceProfile(name=name, kind=dev.type, origin="measured",
-                                peak_flops=dict(GENERIC_CPU.peak_flops),
-                                bandwidth=GENERIC_CPU.bandwidth,
-                                launch_overhead_us=GENERIC_CPU.launch_overhead_us,
-                                record_wait_us=GENERIC_CPU.record_wait_us,
-                                stream_switch_us=GENERIC_CPU.stream_switch_us)
-    descriptor = {
-        "name": name, "kind": dev.type, "origin": "measured",
-        "host": socket.gethostname(), "platform": platform.platform(),
-        "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "settings": {"warmup": warmup, "repeat": repeat,
-                     "contention_target_us": CONTENTION_TARGET_US,
-                     "rounds": ROUNDS,
-                     "device_profile": "measured" if measure_device else "generic defaults",
-                     "timing": "graph" if in_graph else "isolated"},
-        "models": sorted(set(models)),
-    }
-    if notes:
-        descriptor["notes"] = "; ".join(notes)
-    return CostTable(device=descriptor, profile=profile, entries=tuple(entries),
-                     skipped=tuple(skipped))
-
-
-def calibrate_model(model: torch.nn.Module, example_inputs: Sequence[Any],
-                    device: str | torch.device = "cpu", warmup: int = 5, repeat: int = 30,
-                    measure_device: bool = True, progress: bool = True,
-                    models: Sequence[str] = (), threads: int | None = None,
-                    in_graph: bool = True) -> CostTable:
-    """Capture ``model``'s post-grad graphs on ``device`` and calibrate their ops."""
-    from autostream.capture import capture_graphs
-
-    dev = device if isinstance(device, torch.device) else available_device(device)
-    if dev.type != "cpu" and isinstance(model, torch.nn.Module):
-        model = model.to(dev)
-    graphs = capture_graphs(model, _to(tuple(example_inputs), dev))
-    return calibrate_graphs(graphs, dev, warmup, repeat, measure_device, progress, models,
-                            threads, in_graph)

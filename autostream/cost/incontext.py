@@ -24,12 +24,13 @@ from typing import Any
 import torch
 import torch.fx
 
-from autostream.cost.signature import tensor_spec
+from autostream.cost.inputs import make_tensor
+from autostream.cost.signature import symint_hint, tensor_spec
+from autostream.cost.timing import no_gc
 
 
 def graph_inputs(gm: torch.fx.GraphModule, device: torch.device, seed: int = 0) -> list[Any]:
     """Random inputs for ``gm``'s placeholders, from their ``meta["val"]``."""
-    from autostream.cost.calibrate import make_tensor
 
     gen = torch.Generator().manual_seed(seed)
     out: list[Any] = []
@@ -40,7 +41,7 @@ def graph_inputs(gm: torch.fx.GraphModule, device: torch.device, seed: int = 0) 
         if isinstance(val, torch.Tensor):
             out.append(make_tensor(tensor_spec(val), device, gen))
         elif isinstance(val, torch.SymInt):
-            out.append(int(torch.fx.experimental.symbolic_shapes.optimization_hint(val)))
+            out.append(symint_hint(val))
         else:
             out.append(val)
     return out
@@ -93,8 +94,6 @@ class GraphTimer:
     def run(self, warmup: int, runs: int) -> dict[str, list[float]]:
         """Per-node times (us) over ``runs`` runs after ``warmup`` untimed ones."""
         out: dict[str, list[float]] = {n: [] for n in self.names}
-        from autostream.cost.timing import no_gc
-
         with torch.no_grad():
             for _ in range(warmup):
                 self.timed(*self.args)

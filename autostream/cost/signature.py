@@ -146,6 +146,19 @@ def op_name(target: Any) -> str:
     return f"{module}.{name}" if module else name
 
 
+def symint_hint(v: torch.SymInt) -> int:
+    """The size a backed symbolic int had when traced; raises when it has none (unbacked).
+
+    ``optimization_hint`` in recent torch, ``hint_int`` before it.
+
+    >>> symint_hint(3)
+    3
+    """
+    shapes = torch.fx.experimental.symbolic_shapes
+    hint = getattr(shapes, "optimization_hint", None) or shapes.hint_int
+    return int(hint(v))
+
+
 class _Hinter:
     """Turns symbolic ints into ints; remembers whether it had to guess."""
 
@@ -155,7 +168,7 @@ class _Hinter:
     def int(self, v: Any) -> int:
         if isinstance(v, torch.SymInt):
             try:
-                return int(torch.fx.experimental.symbolic_shapes.optimization_hint(v))
+                return symint_hint(v)
             except Exception:  # noqa: BLE001 - no hint (unbacked): guess and say so
                 self.approximate = True
                 return FALLBACK_SIZE

@@ -9,12 +9,12 @@ missing or fails gets a row with its error instead of stopping the others), and
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from autostream.memory import GraphMemory, allocation_timeline, predict_memory
 from autostream.problem import SchedulingProblem
 from autostream.report.dot import write_graph
 from autostream.report.gantt import gantt_png
@@ -22,7 +22,7 @@ from autostream.report.table import SolverResult, markdown_table
 from autostream.report.trace import write_trace
 from autostream.schedule import Schedule, Sync
 from autostream.simulate import Timeline, cross_stream_syncs, simulate_plan
-from autostream.solvers import check_solver_name, get_solver
+from autostream.solvers import check_solver_name, get_solver, solver_options
 
 
 def parse_solvers(text: str) -> list[str]:
@@ -52,28 +52,22 @@ def syncs_for(problem: SchedulingProblem, schedule: Schedule) -> tuple[tuple[Syn
     return tuple(compute_syncs(problem.graph, schedule)), None
 
 
-def _accepted_options(fn: object, options: Mapping[str, object]) -> dict[str, object]:
-    params = inspect.signature(fn).parameters  # type: ignore[arg-type]
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        # ``**_`` swallows everything; only pass what the solver names (or cpsat needs).
-        named = {k for k in params if params[k].kind is not inspect.Parameter.VAR_KEYWORD}
-        return {k: v for k, v in options.items() if k in named}
-    return {k: v for k, v in options.items() if k in params}
-
-
 def plan_solvers(
     problem: SchedulingProblem,
     solvers: Sequence[str],
     *,
-    time_limit: float = 10.0,
+    time_limit: float | None = None,
     launch_overhead_us: float = 0.0,
+    memory: GraphMemory | None = None,
 ) -> list[SolverResult]:
     """Run each solver on ``problem``; a failure becomes a row with ``error`` set.
 
     Every plan is replayed with :func:`autostream.simulate.simulate_plan` and its
     syncs; a replayed makespan that differs from the planner's is noted.  With
     ``launch_overhead_us > 0`` the replay with that host launch cost per op is kept in
-    ``SolverResult.overhead_makespan`` (the table then shows it).
+    ``SolverResult.overhead_makespan`` (the table then shows it).  With ``memory``
+    (the graph's tensor sizes), each plan's predicted peak memory is kept in
+    ``SolverResult.memory`` (the table and the Gantt charts then show it).
 
     >>> import networkx as nx
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")]); nx.set_node_attributes(g, 1.0, "duration")
@@ -89,20 +83,25 @@ def plan_solvers(
             results.append(SolverResult(name, None, error=f"solver not available ({exc})"))
             continue
         try:
-            schedule = fn(problem, **_accepted_options(fn, {"time_limit": time_limit}))
+            searches = time_limit is not None and "time_limit" in solver_options(name)
+            options = {"time_limit": time_limit} if searches else {}
+            schedule = fn(problem, **options)
         except Exception as exc:  # noqa: BLE001 - one failing solver must not hide the others
             results.append(SolverResult(name, None, plan_seconds=time.perf_counter() - t0,
                                         error=f"{type(exc).__name__}: {exc}"))
             continue
         seconds = time.perf_counter() - t0
         syncs, note = syncs_for(problem, schedule)
-        replay = simulate_plan(problem, schedule, syncs).makespan
+        replayed = simulate_plan(problem, schedule, syncs)
+        replay = replayed.makespan
         if abs(replay - schedule.makespan) > 1e-6 * max(1.0, schedule.makespan):
             extra = f"replayed makespan {replay:.1f} us (planner {schedule.makespan:.1f} us)"
             note = f"{note}; {extra}" if note else extra
         overhead = (simulate_plan(problem, schedule, syncs, launch_overhead_us).makespan
                     if launch_overhead_us > 0 else None)
-        results.append(SolverResult(name, schedule, syncs, seconds, None, note, overhead))
+        peak = None if memory is None else predict_memory(
+            memory, schedule, syncs, allocation_timeline(memory, schedule, replayed))
+        results.append(SolverResult(name, schedule, syncs, seconds, None, note, overhead, peak))
     return results
 
 
@@ -154,7 +153,7 @@ def write_reports(
         s, syncs = r.schedule, list(r.syncs)
         label = f"{title}: " if title else ""
         files.gantt[r.solver] = gantt_png(
-            out / f"{r.solver}_gantt.png", problem, s, syncs, kinds=kinds,
+            out / f"{r.solver}_gantt.png", problem, s, syncs, kinds=kinds, memory=r.memory,
             title=f"{label}{r.solver}, {s.makespan:,.1f} us on {s.streams_used} stream(s), "
                   f"{len(syncs)} sync(s)")
         files.trace[r.solver] = write_trace(

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from autostream.budget import format_bytes
+from autostream.memory import MemoryProfile
 from autostream.problem import SchedulingProblem
 from autostream.report.kinds import kind_colours, op_kinds, stream_name
 from autostream.schedule import JOIN, Schedule, Sync
@@ -32,8 +34,13 @@ def gantt_figure(
     timeline: Timeline | None = None,
     title: str | None = None,
     kinds: Mapping[str, str] | None = None,
+    memory: MemoryProfile | None = None,
 ):
-    """Build the Gantt chart as a matplotlib ``Figure`` (not attached to pyplot)."""
+    """Build the Gantt chart as a matplotlib ``Figure`` (not attached to pyplot).
+
+    With ``memory``, a second panel under the lanes draws the predicted live bytes
+    over the same time axis, with the peak marked.
+    """
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
@@ -44,8 +51,14 @@ def gantt_figure(
     lane_y = {s: len(lanes) - 1 - i for i, s in enumerate(lanes)}  # main stream on top
     horizon = max(tl.makespan, tl.output, schedule.lower_bound, 1e-9)
 
-    fig = Figure(figsize=(11, 1.6 + 0.55 * len(lanes)), dpi=110)
-    ax = fig.add_subplot(1, 1, 1)
+    height = 1.6 + 0.55 * len(lanes)
+    fig = Figure(figsize=(11, height + (1.6 if memory is not None else 0.0)), dpi=110)
+    if memory is not None:
+        grid = fig.add_gridspec(2, 1, height_ratios=[height, 1.6])
+        ax = fig.add_subplot(grid[0])
+        _memory_panel(fig.add_subplot(grid[1], sharex=ax), memory, horizon)
+    else:
+        ax = fig.add_subplot(1, 1, 1)
     bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for span in tl.spans.values():
         width = max(span.duration, horizon * 1e-3)  # keep zero-time ops visible
@@ -86,7 +99,7 @@ def gantt_figure(
     ax.set_yticklabels([stream_name(s) for s in lanes])
     ax.set_ylim(-0.7, len(lanes) - 0.3)
     ax.set_xlim(0, horizon * 1.04)
-    ax.set_xlabel("time (us)")
+    ax.set_xlabel("" if memory is not None else "time (us)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(title or f"{schedule.solver}: {len(tl.spans)} ops on {len(tl.streams)} "
                  f"stream(s), {len(tl.syncs)} sync(s)", fontsize=10)
@@ -98,6 +111,20 @@ def gantt_figure(
     return fig
 
 
+def _memory_panel(ax, memory: MemoryProfile, horizon: float) -> None:
+    """Live bytes (MiB) as a step curve, the peak as a dashed line."""
+    times = [min(t, horizon * 1.04) for t, _ in memory.curve] + [horizon * 1.04]
+    mib = [b / 2**20 for _, b in memory.curve]
+    ax.step(times, [*mib, mib[-1]], where="post", color="#1F77B4", lw=1.0)
+    ax.fill_between(times, [*mib, mib[-1]], step="post", color="#1F77B4", alpha=0.15)
+    ax.axhline(memory.peak_bytes / 2**20, color="#1F77B4", lw=0.8, ls="--",
+               label=f"peak {format_bytes(memory.peak_bytes)}")
+    ax.set_ylabel("live MiB", fontsize=8)
+    ax.set_xlabel("time (us)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+
+
 def gantt_png(
     path: str | Path,
     problem: SchedulingProblem,
@@ -107,6 +134,7 @@ def gantt_png(
     timeline: Timeline | None = None,
     title: str | None = None,
     kinds: Mapping[str, str] | None = None,
+    memory: MemoryProfile | None = None,
 ) -> Path:
     """Write the Gantt chart of ``schedule`` to ``path`` (PNG) and return the path.
 
@@ -118,7 +146,8 @@ def gantt_png(
     >>> out.stat().st_size > 1000
     True
     """
-    fig = gantt_figure(problem, schedule, syncs, timeline=timeline, title=title, kinds=kinds)
+    fig = gantt_figure(problem, schedule, syncs, timeline=timeline, title=title, kinds=kinds,
+                       memory=memory)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")

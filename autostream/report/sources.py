@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autostream.memory import GraphMemory
 from autostream.problem import SchedulingProblem
 
 
@@ -16,6 +17,8 @@ class Source:
     problem: SchedulingProblem
     title: str
     notes: tuple[str, ...] = ()
+    #: tensor sizes, for the predicted peak memory of each plan (``None`` for STG graphs)
+    memory: GraphMemory | None = None
 
 
 def problem_from_model(
@@ -33,7 +36,8 @@ def problem_from_model(
 
     plan = plan_model(model, example_inputs, max_streams=streams, solver="single",
                       cost_table=cost_table, time_limit=time_limit)
-    return Source(plan.problem, title, ())
+    gm = next(iter(plan.op_graph.nodes.values()))["fx"].graph if len(plan.op_graph) else None
+    return Source(plan.problem, title, (), GraphMemory.from_graph(gm) if gm is not None else None)
 
 
 def problem_from_spec(

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from autostream.budget import format_bytes
+from autostream.memory import MemoryProfile
 from autostream.schedule import Schedule, Sync
 
 
@@ -20,6 +22,8 @@ class SolverResult:
     note: str | None = None
     #: simulated makespan with a host launch overhead per op (``simulate_plan``), if asked
     overhead_makespan: float | None = None
+    #: the plan's predicted memory, when the problem comes with tensor sizes
+    memory: MemoryProfile | None = None
 
     @property
     def ok(self) -> bool:
@@ -28,6 +32,14 @@ class SolverResult:
 
 def _fmt_us(x: float) -> str:
     return f"{x:,.1f}"
+
+
+def _fmt_peak(memory: MemoryProfile | None, single_peak: int | None) -> str:
+    if memory is None:
+        return "-"
+    if not single_peak:
+        return format_bytes(memory.peak_bytes)
+    return f"{format_bytes(memory.peak_bytes)} ({memory.peak_bytes / single_peak - 1:+.0%})"
 
 
 def fmt_pct(fraction: float) -> str:
@@ -48,7 +60,9 @@ def markdown_table(
 
     ``baseline`` is the single-stream time the speed-up is relative to (default:
     the ``single`` solver's makespan when present).  A proven-optimal makespan is
-    marked ``*``.  When any result has ``overhead_makespan``, a column shows it.
+    marked ``*``.  When any result has ``overhead_makespan``, a column shows it;
+    when any has ``memory``, a column shows its predicted peak (and its rise over
+    the ``single`` solver's).
 
     >>> from autostream.schedule import Schedule
     >>> s = Schedule("single", {"a": 0}, ("a",), {"a": 0.0}, {"a": 4.0}, 4.0, 2.0)
@@ -61,15 +75,21 @@ def markdown_table(
         baseline = next((r.schedule.makespan for r in results
                          if r.ok and r.solver == "single" and r.schedule is not None), None)
     extra = any(r.overhead_makespan is not None for r in results)
+    memory = any(r.memory is not None for r in results)
+    single_peak = next((r.memory.peak_bytes for r in results
+                        if r.ok and r.solver == "single" and r.memory is not None), None)
     head = ("| solver | streams used | syncs | predicted makespan (us) | lower bound (us) | gap "
-            "| speed-up | plan time (s) |" + (" with launch overhead (us) |" if extra else ""))
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if extra else "")]
+            "| speed-up | plan time (s) |" + (" with launch overhead (us) |" if extra else "")
+            + (" peak memory |" if memory else ""))
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if extra else "")
+             + ("---:|" if memory else "")]
     for r in results:
         s = r.schedule
         if s is None or r.error:
             reason = (r.error or "no plan").replace("|", "/").splitlines()[0][:80]
             lines.append(f"| {r.solver} | - | - | failed: {reason} | - | - | - "
-                         f"| {r.plan_seconds:.3f} |" + (" - |" if extra else ""))
+                         f"| {r.plan_seconds:.3f} |" + (" - |" if extra else "")
+                         + (" - |" if memory else ""))
             continue
         star = "*" if s.optimal else ""
         speed = f"{baseline / s.makespan:.2f}x" if baseline and s.makespan > 0 else "-"
@@ -78,5 +98,6 @@ def markdown_table(
             f"| {_fmt_us(s.lower_bound)} | {fmt_pct(s.gap)} | {speed} | {r.plan_seconds:.3f} |"
             + (f" {_fmt_us(r.overhead_makespan)} |" if r.overhead_makespan is not None
                else " - |" if extra else "")
+            + (f" {_fmt_peak(r.memory, single_peak)} |" if memory else "")
         )
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from autostream.dialects.torchair import (
     stream_index,
     stream_label,
 )
+from autostream.lifetimes import LaunchStep, alias_groups, release_points
 
 StepKind = Literal["op", "record", "wait"]
 
@@ -38,8 +39,9 @@ class Step:
 
     ``kind == "op"``: run ``node``; ``"record"``: publish token ``node.name``;
     ``"wait"``: block until every token in ``tokens`` is published.  ``release``
-    lists values this stream may drop after the step (their last use, all on this
-    stream); values crossing streams are never in it (see ``StreamProgram.held``).
+    lists values the runtime drops after the step: after an op, values last read
+    there; after a wait, storages other streams read, once every read
+    happens-before it (:mod:`autostream.lifetimes`).
     """
 
     kind: StepKind
@@ -56,8 +58,8 @@ class StreamProgram:
     ``steps`` is the linear (launch) order of all steps; ``streams[k]`` the steps of
     stream ``k`` in order (stream 0 always present).  ``held`` are the values
     produced on one stream and used on another: a runtime keeps them alive until
-    every side stream has been joined back (their memory cost is the sum of
-    their sizes, for one call).
+    their stream has waited for every read (:mod:`autostream.lifetimes`), at the
+    latest until every side stream has been joined back.
     """
 
     placeholders: tuple[torch.fx.Node, ...]
@@ -226,30 +228,28 @@ def parse_program(graph: torch.fx.Graph | torch.fx.GraphModule) -> StreamProgram
 
 def _lifetimes(raw, inputs: Iterable[torch.fx.Node], output: torch.fx.Node,
                stream_of: dict[torch.fx.Node, int]):
-    """Values used across streams (held to the join) and, per step, what it may release."""
-    users: dict[torch.fx.Node, list[int]] = {}
-    step_of_node = {node: i for i, (_, node, _, _) in enumerate(raw)}
-    for i, (kind, node, _, _) in enumerate(raw):
-        if kind != "op":
-            continue
-        for arg in node.all_input_nodes:
-            users.setdefault(arg, []).append(i)
-    out_values = set(output.all_input_nodes)
-    held: set[torch.fx.Node] = set()
+    """Values used across streams (``held``) and, per step, what it may release
+    (:func:`autostream.lifetimes.release_points`)."""
+    inputs = list(inputs)
+    ops = [n for kind, n, _, _ in raw if kind == "op"]
+    returned = set(output.all_input_nodes)
+    held = {v for v in inputs + ops if v not in returned
+            and len({stream_of[v]} | {stream_of[u] for u in v.users if u in stream_of}) > 1}
+    steps = [_launch_step(kind, node, stream, tokens) for kind, node, stream, tokens in raw]
+    by_name = {n.name: n for n in inputs + ops}
+    points = release_points(steps, [n.name for n in inputs],
+                            {n.name for n in output.all_input_nodes}, alias_groups(inputs + ops))
     release: dict[int, list[torch.fx.Node]] = {}
-    values = list(inputs) + [n for kind, n, _, _ in raw if kind == "op"]
-    for value in values:
-        if value in out_values:
-            continue
-        used_at = users.get(value, [])
-        streams = {stream_of[value]} | {raw[i][2] for i in used_at}
-        if len(streams) > 1:
-            held.add(value)
-        elif used_at:
-            release.setdefault(max(used_at), []).append(value)
-        elif value in step_of_node:  # unused result: drop right after it is produced
-            release.setdefault(step_of_node[value], []).append(value)
+    for name, index in points.items():
+        if index is not None:
+            release.setdefault(index, []).append(by_name[name])
     return held, release
+
+
+def _launch_step(kind: StepKind, node: torch.fx.Node, stream: int, tokens: tuple[str, ...]
+                 ) -> LaunchStep:
+    reads = tuple(n.name for n in node.all_input_nodes) if kind == "op" else ()
+    return LaunchStep(kind, node.name, stream, reads, tokens)
 
 
 def unordered_dependences(program: StreamProgram) -> list[tuple[str, str]]:

@@ -39,10 +39,10 @@ class SequentialRunner:
                     env[step.node] = run_node(self.gm, step.node, env)
                 except Exception as exc:
                     raise StreamRuntimeError(step.node, step.stream, exc) from exc
-                for value in step.release:
-                    env.pop(value, None)
             elif step.kind == "record":
                 env[step.node] = torch.empty(0)
+            for value in step.release:
+                env.pop(value, None)
         return collect_outputs(self.gm, self.program, env)
 
     def close(self) -> None:

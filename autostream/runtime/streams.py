@@ -8,14 +8,14 @@ current stream (the main stream), and the main stream waits for every side strea
 before the outputs are returned, whatever the graph's own join waits say.
 
 Cross-stream memory safety: the caching allocator only knows the stream a block
-was allocated on.  A value produced on one stream and used on another
-(``StreamProgram.held``) is kept referenced until after the final join, so its
-block cannot be handed to a new allocation while another stream may still read
-it.  Values used only on their own stream are dropped after their last use
-(stream-ordered reuse is safe there).  Memory cost: the held values live until
-the end of the call instead of their last use, i.e. at most the sum of their
-sizes on top of the single-stream peak.  ``record_stream`` was not chosen: it
-makes block reuse depend on event polling (non-deterministic peak memory).
+was allocated on, and reuses a freed block on that stream without any sync.  A
+storage another stream reads is therefore kept referenced until its allocating
+stream has waited for every read (``Step.release`` on a wait step, at the latest
+the final join: :mod:`autostream.lifetimes`), so its block cannot be handed to a new
+allocation while another stream may still read it.  Values used only on their own
+stream are dropped after their last use (stream-ordered reuse is safe there).
+``record_stream`` was not chosen: it makes block reuse depend on event polling
+(non-deterministic peak memory).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from autostream.runtime.execute import (
     collect_outputs,
     run_node,
 )
+from autostream.runtime.memory import MeasuredMemory, allocator_peak
 from autostream.runtime.program import StreamProgram, parse_program
 
 
@@ -84,6 +85,20 @@ class TorchStreamAPI:
     def wait_stream(self, stream: Any, other: Any) -> None:
         stream.wait_stream(other)
 
+    def memory_allocated(self) -> int:
+        return self._memory_stat("memory_allocated")(self.device)
+
+    def max_memory_allocated(self) -> int:
+        return self._memory_stat("max_memory_allocated")(self.device)
+
+    def reset_peak_memory_stats(self) -> None:
+        self._memory_stat("reset_peak_memory_stats")(self.device)
+
+    def _memory_stat(self, name: str) -> Callable[[torch.device], Any]:
+        """``torch.accelerator``'s allocator statistic, or the device module's (torch < 2.8)."""
+        found = getattr(getattr(torch, "accelerator", None), name, None)
+        return found if found is not None else getattr(torch.get_device_module(self.device), name)
+
 
 def input_device(inputs: tuple[Any, ...]) -> torch.device:
     """Device of the first tensor input, else the current accelerator, else CPU.
@@ -104,15 +119,21 @@ class StreamsRunner:
 
     ``api`` builds the :class:`StreamAPI` for a device (default
     :class:`TorchStreamAPI`); side streams are created once per device and reused.
+    ``record_memory``: each call's peak is measured with the allocator's statistics
+    (the API's ``memory_allocated``, ``max_memory_allocated`` and
+    ``reset_peak_memory_stats``) into ``last_memory``.
     """
 
     kind = "streams"
 
     def __init__(self, gm: torch.fx.GraphModule, program: StreamProgram | None = None, *,
-                 api: Callable[[torch.device], StreamAPI] = TorchStreamAPI):
+                 api: Callable[[torch.device], StreamAPI] = TorchStreamAPI,
+                 record_memory: bool = False):
         self.gm = gm
         self.program = program if program is not None else parse_program(gm)
         self._make_api = api
+        self.record_memory = record_memory
+        self.last_memory: MeasuredMemory | None = None
         self._per_device: dict[torch.device, tuple[StreamAPI, dict[int, Any]]] = {}
 
     def _streams_for(self, device: torch.device) -> tuple[StreamAPI, dict[int, Any]]:
@@ -126,6 +147,13 @@ class StreamsRunner:
         env = bind_inputs(self.gm, self.program, inputs)
         device = input_device(tuple(env[p] for p in self.program.placeholders))
         api, side = self._streams_for(device)
+        if not self.record_memory:
+            return self._run(env, api, side)
+        out, self.last_memory = allocator_peak(api, list(env.values()),
+                                               lambda: self._run(env, api, side))
+        return out
+
+    def _run(self, env: dict, api: StreamAPI, side: dict[int, Any]) -> Any:
         main = api.current_stream()
         if side:
             fork = api.new_event()
@@ -155,6 +183,8 @@ class StreamsRunner:
                 else:
                     for token in step.tokens:
                         api.wait_event(stream, events[token])
+                    for v in step.release:
+                        env.pop(v, None)
         finally:
             if current is not main:
                 api.set_stream(main)

@@ -44,6 +44,7 @@ from autostream.runtime.execute import (
     collect_outputs,
     run_node,
 )
+from autostream.runtime.memory import LiveBytes, MeasuredMemory
 from autostream.runtime.program import Step, StreamProgram, parse_program
 from autostream.runtime.sanitizer import (
     RaceError,
@@ -130,6 +131,9 @@ class _Call:
         self.events = {token: threading.Event() for token in runner.waited}
         self.abort = threading.Event()
         self.spans: dict[str, tuple[int, float, float]] | None = {} if runner.record_spans else None
+        self.meter = LiveBytes() if runner.record_memory else None
+        if self.meter is not None:
+            self.meter.pin(env.values())
         per_stream = runner.intra_op_threads or max(1, budget // max(1, len(program.streams)))
         self.threads = _ThreadCounts(per_stream)
         self.threads.current[0] = budget
@@ -162,6 +166,12 @@ class _Call:
         if self.san:
             self.san.on_wait(stream, step.tokens)
 
+    def _release(self, values: tuple[torch.fx.Node, ...]) -> None:
+        for v in values:
+            dropped = self.env.pop(v, None)
+            if self.meter is not None:
+                self.meter.drop(dropped)
+
     def run_stream(self, stream: int) -> None:
         with torch.set_grad_enabled(self.grad_enabled):
             self._run_stream(stream)
@@ -190,10 +200,11 @@ class _Call:
                     if san:
                         san.after_op(stream, step.node)
                     env[step.node] = value
+                    if self.meter is not None:
+                        self.meter.hold(value, t0)
                     if san:
                         san.published(stream, step.node)
-                    for v in step.release:
-                        env.pop(v, None)
+                    self._release(step.release)
                 elif step.kind == "record":
                     # no op reads a token's value: nothing to allocate (an ATen call here
                     # would hand the GIL to the other stream once more)
@@ -204,6 +215,7 @@ class _Call:
                         event.set()
                 else:
                     self._wait(stream, step)
+                    self._release(step.release)
         except BaseException:
             self.fail()
             raise
@@ -228,7 +240,8 @@ class ThreadsRunner:
     def __init__(self, gm: torch.fx.GraphModule, program: StreamProgram | None = None, *,
                  sanitize: bool | SanitizerConfig = False, seed: int = 0,
                  wait_timeout_s: float = 120.0, intra_op_threads: int | None = None,
-                 record_spans: bool = False, trace_segments: bool = True):
+                 record_spans: bool = False, trace_segments: bool = True,
+                 record_memory: bool = False):
         if wait_timeout_s <= 0:
             raise ValueError("wait_timeout_s must be > 0")
         if intra_op_threads is not None and intra_op_threads < 1:
@@ -242,12 +255,16 @@ class ThreadsRunner:
         #: relative to its start (a measured timeline for traces)
         self.record_spans = record_spans
         self.last_spans: dict[str, tuple[int, float, float]] = {}
+        #: with ``record_memory``: the bytes the last call held (``runtime.memory.LiveBytes``)
+        self.record_memory = record_memory
+        self.last_memory: MeasuredMemory | None = None
         self.token_origin, self.next_op = self._describe_syncs()
         self.waited = frozenset(t for s in self.program.steps if s.kind == "wait" for t in s.tokens)
         #: what each stream runs: steps, and ``Segment``s traced on the first call
-        #: (off under the sanitizer and with ``record_spans``, which need every op)
+        #: (off under the sanitizer, ``record_spans`` and ``record_memory``, which need
+        #: every op)
         self.segments = SegmentRunner(gm)
-        traced = trace_segments and not self.sanitizer and not record_spans
+        traced = trace_segments and not (self.sanitizer or record_spans or record_memory)
         self.plan_of: dict[int, list[Step | Segment]] = {
             k: split_segments(self.program, k) if traced else list(steps)
             for k, steps in self.program.streams.items()}
@@ -315,6 +332,8 @@ class ThreadsRunner:
                 t0 = min((a for _, a, _ in run.spans.values()), default=0.0)
                 self.last_spans = {n: (s, (a - t0) * 1e6, (b - t0) * 1e6)
                                    for n, (s, a, b) in run.spans.items()}
+            if run.meter is not None:
+                self.last_memory = run.meter.result()
             return collect_outputs(self.gm, self.program, env)
 
     def _join(self, futures: dict[int, Future]) -> list[BaseException]:

@@ -1,5 +1,7 @@
 """Solvers: ``solve(problem, **options) -> Schedule``, chosen by name.
 
+Every solver rejects an option it does not have, naming it and the ones it takes.
+
 >>> sorted(SOLVERS)[:3]
 ['cpsat', 'critical_path', 'heft']
 """
@@ -33,6 +35,16 @@ def check_solver_name(name: str) -> str:
     if name not in SOLVERS:
         raise ValueError(f"unknown solver {name!r}; allowed: {', '.join(sorted(SOLVERS))}")
     return name
+
+
+def solver_options(name: str) -> tuple[str, ...]:
+    """The options solver ``name`` takes (none for the heuristics).
+
+    >>> solver_options("heft"), "time_limit" in solver_options("cpsat")
+    ((), True)
+    """
+    module = SOLVERS[check_solver_name(name)].split(":")[0]
+    return tuple(getattr(importlib.import_module(module), "OPTIONS", ()))
 
 
 def get_solver(name: str) -> SolveFn:

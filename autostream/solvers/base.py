@@ -1,12 +1,39 @@
-"""What every solver shares: building a ``Schedule`` from a stream assignment."""
+"""What every solver shares: checking its options, building a ``Schedule`` from a stream
+assignment."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from autostream.problem import SchedulingProblem
-from autostream.schedule import Schedule
+from autostream.schedule import Schedule, SolverStats
 from autostream.timeline import simulate
+
+
+@dataclass(frozen=True)
+class VirtualStreamStats(SolverStats):
+    """A solver that first plans on unbounded virtual streams, then folds them."""
+
+    virtual_streams: int  # virtual streams the plan needed before folding
+
+
+def check_options(solver: str, options: Mapping[str, object], allowed: Iterable[str] = ()) -> None:
+    """Raise ``ValueError`` naming every option ``solver`` does not have, and the allowed ones.
+
+    >>> check_options("heft", {"time_limit": 1.0})
+    Traceback (most recent call last):
+    ...
+    ValueError: solver 'heft' has no option 'time_limit'; it takes no options
+    """
+    allowed = sorted(allowed)
+    unknown = sorted(k for k in options if k not in allowed)
+    if not unknown:
+        return
+    names = ", ".join(repr(k) for k in unknown)
+    plural = "s" if len(unknown) > 1 else ""
+    known = f"allowed: {', '.join(allowed)}" if allowed else "it takes no options"
+    raise ValueError(f"solver {solver!r} has no option{plural} {names}; {known}")
 
 
 def launch_order(
@@ -28,7 +55,7 @@ def schedule_from_assignment(
     stream_of: Mapping[str, int],
     solver: str,
     order: tuple[str, ...] | None = None,
-    **stats: object,
+    stats: SolverStats | None = None,
 ) -> Schedule:
     """Predict the timeline of a stream assignment and wrap it as a ``Schedule``.
 
@@ -50,7 +77,7 @@ def schedule_from_assignment(
         makespan=makespan,
         lower_bound=problem.lower_bound(),
         optimal=False,
-        stats=dict(stats),
+        stats=stats,
     )
 
 

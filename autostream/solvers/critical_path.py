@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
-from autostream.solvers.base import schedule_from_assignment
+from autostream.solvers.base import check_options, schedule_from_assignment
 
 
 def deepest_path(problem: SchedulingProblem) -> list[str]:
@@ -42,7 +42,7 @@ def deepest_path(problem: SchedulingProblem) -> list[str]:
     return path
 
 
-def solve(problem: SchedulingProblem, **_: object) -> Schedule:
+def solve(problem: SchedulingProblem, **options: object) -> Schedule:
     """Deepest path on stream 0, the rest round-robin over streams ``1..streams-1``.
 
     >>> import networkx as nx
@@ -51,6 +51,7 @@ def solve(problem: SchedulingProblem, **_: object) -> Schedule:
     >>> solve(SchedulingProblem(g, streams=2)).makespan
     2.0
     """
+    check_options("critical_path", options)
     g = problem.graph
     main = set(deepest_path(problem))
     side = problem.streams - 1

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
-from autostream.solvers.base import launch_order, schedule_from_assignment
+from autostream.solvers.base import check_options, launch_order, schedule_from_assignment
 
 _EPS = 1e-9
 
@@ -169,7 +169,7 @@ def heft_placement(problem: SchedulingProblem) -> Placement:
     return Placement(stream_of, start, end)
 
 
-def solve(problem: SchedulingProblem, **_: object) -> Schedule:
+def solve(problem: SchedulingProblem, **options: object) -> Schedule:
     """HEFT with insertion, contention-aware.
 
     >>> import networkx as nx
@@ -178,8 +178,7 @@ def solve(problem: SchedulingProblem, **_: object) -> Schedule:
     >>> solve(SchedulingProblem(g, streams=2)).makespan
     2.0
     """
+    check_options("heft", options)
     placement = heft_placement(problem)
     order = launch_order(problem, placement.start)
-    return schedule_from_assignment(
-        problem, placement.stream_of, "heft", order=order, placement_makespan=placement.makespan
-    )
+    return schedule_from_assignment(problem, placement.stream_of, "heft", order=order)

@@ -16,18 +16,27 @@ minimum), which Nimble's stated goal calls for.
 
 Nimble does not cap the number of streams.  When it needs more than
 ``problem.streams``, merged chain ``k`` (ordered by its head's program position)
-runs on stream ``k mod streams``; ``stats["nimble_streams_needed"]`` says how
+runs on stream ``k mod streams``; ``stats.streams_needed`` says how
 many it wanted.  Nimble is not makespan-aware: it ignores the op costs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import networkx as nx
 
 from autostream.problem import SchedulingProblem
-from autostream.schedule import Schedule
+from autostream.schedule import Schedule, SolverStats
 from autostream.solvers._graphs import reachability, transitive_reduction_edges
-from autostream.solvers.base import schedule_from_assignment
+from autostream.solvers.base import check_options, schedule_from_assignment
+
+
+@dataclass(frozen=True)
+class NimbleStats(SolverStats):
+    """How many streams Nimble's chain cover asked for."""
+
+    streams_needed: int  # chains in the cover: more than ``streams`` get folded
 
 
 def _match(left: list, edges: list[tuple]) -> dict:
@@ -111,16 +120,16 @@ def _chains(topo, nxt: dict) -> list[list[str]]:
     return chains
 
 
-def solve(problem: SchedulingProblem, **_: object) -> Schedule:
+def solve(problem: SchedulingProblem, **options: object) -> Schedule:
     """Nimble's chain cover, folded modulo ``streams`` when it needs more.
 
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
     >>> nx.set_node_attributes(g, 1.0, "duration")
-    >>> solve(SchedulingProblem(g, streams=1)).stats["nimble_streams_needed"]
+    >>> solve(SchedulingProblem(g, streams=1)).stats.streams_needed
     2
     """
+    check_options("nimble", options)
     streams = nimble_streams(problem)
     stream_of = {n: k % problem.streams for k, ops in enumerate(streams) for n in ops}
-    return schedule_from_assignment(
-        problem, stream_of, "nimble", nimble_streams_needed=len(streams)
-    )
+    return schedule_from_assignment(problem, stream_of, "nimble",
+                                    stats=NimbleStats(streams_needed=len(streams)))

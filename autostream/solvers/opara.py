@@ -14,7 +14,7 @@ import heapq
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
-from autostream.solvers.base import schedule_from_assignment
+from autostream.solvers.base import VirtualStreamStats, check_options, schedule_from_assignment
 
 
 def opara_launch_order(problem: SchedulingProblem) -> tuple[str, ...]:
@@ -45,15 +45,16 @@ def opara_launch_order(problem: SchedulingProblem) -> tuple[str, ...]:
     return tuple(order)
 
 
-def solve(problem: SchedulingProblem, **_: object) -> Schedule:
+def solve(problem: SchedulingProblem, **options: object) -> Schedule:
     """First-user inheritance, new stream otherwise, folded modulo ``streams``.
 
     >>> import networkx as nx
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
     >>> nx.set_node_attributes(g, 1.0, "duration")
-    >>> solve(SchedulingProblem(g, streams=4)).stats["virtual_streams"]
+    >>> solve(SchedulingProblem(g, streams=4)).stats.virtual_streams
     2
     """
+    check_options("opara", options)
     g, idx = problem.graph, problem.topo_index
     first_user = {
         n: min(g.successors(n), key=idx.__getitem__) for n in g if g.out_degree(n) > 0
@@ -72,5 +73,6 @@ def solve(problem: SchedulingProblem, **_: object) -> Schedule:
             count += 1
     stream_of = {n: k % problem.streams for n, k in virtual.items()}
     return schedule_from_assignment(
-        problem, stream_of, "opara", order=opara_launch_order(problem), virtual_streams=count
+        problem, stream_of, "opara", order=opara_launch_order(problem),
+        stats=VirtualStreamStats(count),
     )

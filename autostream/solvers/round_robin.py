@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
-from autostream.solvers.base import schedule_from_assignment
+from autostream.solvers.base import check_options, schedule_from_assignment
 
 
-def solve(problem: SchedulingProblem, **_: object) -> Schedule:
+def solve(problem: SchedulingProblem, **options: object) -> Schedule:
     """Deal the ops out over the streams in topological program order.
 
     >>> import networkx as nx
@@ -15,5 +15,6 @@ def solve(problem: SchedulingProblem, **_: object) -> Schedule:
     >>> sorted(solve(SchedulingProblem(g, streams=2)).stream_of.values())
     [0, 0, 1]
     """
+    check_options("round_robin", options)
     stream_of = {n: i % problem.streams for i, n in enumerate(problem.topo_order)}
     return schedule_from_assignment(problem, stream_of, "round_robin")

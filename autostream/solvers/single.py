@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
-from autostream.solvers.base import schedule_from_assignment
+from autostream.solvers.base import check_options, schedule_from_assignment
 
 
-def solve(problem: SchedulingProblem, **_: object) -> Schedule:
+def solve(problem: SchedulingProblem, **options: object) -> Schedule:
     """One stream, topological program order.
 
     >>> import networkx as nx
@@ -15,4 +15,5 @@ def solve(problem: SchedulingProblem, **_: object) -> Schedule:
     >>> solve(SchedulingProblem(g, streams=4)).streams_used
     1
     """
+    check_options("single", options)
     return schedule_from_assignment(problem, {n: 0 for n in problem.graph}, "single")

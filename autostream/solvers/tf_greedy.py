@@ -9,19 +9,20 @@ from __future__ import annotations
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
-from autostream.solvers.base import schedule_from_assignment
+from autostream.solvers.base import VirtualStreamStats, check_options, schedule_from_assignment
 
 
-def solve(problem: SchedulingProblem, **_: object) -> Schedule:
+def solve(problem: SchedulingProblem, **options: object) -> Schedule:
     """Fan-out-one inheritance, new stream otherwise, folded modulo ``streams``.
 
     >>> import networkx as nx
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
     >>> nx.set_node_attributes(g, 1.0, "duration")
     >>> s = solve(SchedulingProblem(g, streams=4))
-    >>> s.streams_used, s.stats["virtual_streams"]
+    >>> s.streams_used, s.stats.virtual_streams
     (3, 3)
     """
+    check_options("tf_greedy", options)
     g, idx = problem.graph, problem.topo_index
     virtual: dict[str, int] = {}
     count = 0
@@ -33,4 +34,5 @@ def solve(problem: SchedulingProblem, **_: object) -> Schedule:
             virtual[n] = count
             count += 1
     stream_of = {n: k % problem.streams for n, k in virtual.items()}
-    return schedule_from_assignment(problem, stream_of, "tf_greedy", virtual_streams=count)
+    return schedule_from_assignment(problem, stream_of, "tf_greedy",
+                                    stats=VirtualStreamStats(count))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autostream.solvers._tasks import TaskGraph
+from autostream.solvers.cpsat.tasks import TaskGraph
 
 
 @dataclass
@@ -165,3 +165,44 @@ def _earliest(
         if _fits(loads, t, d, share, capacity):
             return t
     raise AssertionError("unreachable: after every busy interval the stream is idle")
+
+
+def upward_rank(tg: TaskGraph, streams: int) -> list[float]:
+    """Longest path from each task to an exit, with the expected sync latency per edge."""
+    lat = tg.latency * (streams - 1) / streams
+    rank = [0.0] * len(tg)
+    for v in reversed(range(len(tg))):
+        rank[v] = tg.duration[v] + max((lat + rank[s] for s in tg.succs[v]), default=0.0)
+    return rank
+
+
+def cut_windows(tg: TaskGraph, size: int) -> list[tuple[int, ...]]:
+    """Consecutive task runs of at most ``size``, cut after a bottleneck task when possible.
+
+    >>> from autostream.solvers.cpsat.tasks import build_tasks
+    >>> from autostream.problem import SchedulingProblem
+    >>> import networkx as nx
+    >>> g = nx.path_graph(5, create_using=nx.DiGraph); nx.set_node_attributes(g, 1.0, "duration")
+    >>> cut_windows(build_tasks(SchedulingProblem(g, streams=2)), 2)
+    [(0, 1), (2, 3), (4,)]
+    """
+    n = len(tg)
+    # cut_before[i]: every edge from a task before i - 1 lands at or before i - 1,
+    # so task i - 1 is a bottleneck (e.g. a layer's residual add) and ends a window.
+    cut_before = [False] * (n + 1)
+    furthest = -1
+    for i in range(n):
+        cut_before[i + 1] = furthest <= i
+        furthest = max(furthest, max(tg.succs[i], default=i))
+    cut_before[n] = True
+    out = []
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + size)
+        if hi < n:
+            cuts = [i for i in range(lo + max(1, size // 3), hi + 1) if cut_before[i]]
+            if cuts:
+                hi = cuts[-1]
+        out.append(tuple(range(lo, hi)))
+        lo = hi
+    return out

@@ -1,0 +1,122 @@
+"""Calibrate a model or its graphs into a :class:`~autostream.cost.CostTable`.
+
+Ties the op timings of :mod:`autostream.cost.calibrate` to the device profile, the
+runtime's own costs (:mod:`autostream.runtime.overhead`) and ``torch.compile``'s
+per-call cost, and writes the table's descriptor.  ``autostream calibrate`` calls it.
+
+>>> import torch
+>>> table = calibrate_model(torch.nn.ReLU(), (torch.randn(4, 4),), warmup=1, repeat=3,
+...                         measure_device=False, progress=False)
+>>> [(e.op, e.signature) for e in table.entries]
+[('aten.relu.default', 'f32[4, 4]')]
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from autostream.capture import capture_graphs
+from autostream.cost.calibrate import (
+    CONTENTION_TARGET_US,
+    ROUNDS,
+    calibrate_ops,
+    collect_ops,
+    device_name,
+    graph_op_times,
+    measure_profile,
+    with_graph_times,
+)
+from autostream.cost.profile import GENERIC_CPU, DeviceProfile
+from autostream.cost.table import CostTable
+from autostream.cost.timing import available_device, make_timer
+from autostream.runtime.overhead import runtime_costs
+
+__all__ = ["calibrate_graphs", "calibrate_model", "to_device"]
+
+
+def to_device(v: Any, device: torch.device) -> Any:
+    """``v`` with every tensor in it (also inside lists and tuples) moved to ``device``."""
+    if isinstance(v, torch.Tensor):
+        return v.to(device)
+    if isinstance(v, (list, tuple)):
+        return type(v)(to_device(x, device) for x in v)
+    return v
+
+
+def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch.device = "cpu",
+                     warmup: int = 5, repeat: int = 30, measure_device: bool = True,
+                     progress: bool = True, models: Sequence[str] = (),
+                     threads: int | None = None, in_graph: bool = True) -> CostTable:
+    """A :class:`CostTable` for the op signatures of ``graphs`` measured on ``device``.
+
+    ``threads`` sets torch's intra-op thread count while measuring (CPU); the table
+    records it.  On a loaded machine one thread gives far steadier numbers.
+    ``in_graph`` replaces each entry's time by its time inside its graph (see
+    :mod:`autostream.cost.incontext`); the isolated time stays in ``isolated_us``.
+    """
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return calibrate_graphs(graphs, device, warmup, repeat, measure_device, progress,
+                                    models, None, in_graph)
+        finally:
+            torch.set_num_threads(before)
+    dev = device if isinstance(device, torch.device) else available_device(device)
+    timer = make_timer(dev)
+    name = device_name(dev)
+    cases = collect_ops(graphs)
+    entries, skipped = calibrate_ops(cases, dev, timer, warmup, repeat, progress)
+    notes: list[str] = []
+    if in_graph:
+        pooled, notes = graph_op_times(graphs, dev, warmup, repeat)
+        entries = with_graph_times(entries, pooled)
+    if measure_device:
+        with torch.no_grad():
+            profile = measure_profile(dev, timer, name, runtime_costs(dev, timer))
+    else:
+        profile = DeviceProfile(name=name, kind=dev.type, origin="measured",
+                                peak_flops=dict(GENERIC_CPU.peak_flops),
+                                bandwidth=GENERIC_CPU.bandwidth,
+                                launch_overhead_us=GENERIC_CPU.launch_overhead_us,
+                                record_wait_us=GENERIC_CPU.record_wait_us,
+                                stream_switch_us=GENERIC_CPU.stream_switch_us)
+    descriptor = {
+        "name": name, "kind": dev.type, "origin": "measured",
+        "host": socket.gethostname(), "platform": platform.platform(),
+        "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "settings": {"warmup": warmup, "repeat": repeat,
+                     "contention_target_us": CONTENTION_TARGET_US,
+                     "rounds": ROUNDS,
+                     "device_profile": "measured" if measure_device else "generic defaults",
+                     "timing": "graph" if in_graph else "isolated"},
+        "models": sorted(set(models)),
+    }
+    if notes:
+        descriptor["notes"] = "; ".join(notes)
+    return CostTable(device=descriptor, profile=profile, entries=tuple(entries),
+                     skipped=tuple(skipped))
+
+
+def calibrate_model(model: torch.nn.Module, example_inputs: Sequence[Any],
+                    device: str | torch.device = "cpu", warmup: int = 5, repeat: int = 30,
+                    measure_device: bool = True, progress: bool = True,
+                    models: Sequence[str] = (), threads: int | None = None,
+                    in_graph: bool = True) -> CostTable:
+    """Capture ``model``'s post-grad graphs on ``device`` and calibrate their ops."""
+    dev = device if isinstance(device, torch.device) else available_device(device)
+    if dev.type != "cpu" and isinstance(model, torch.nn.Module):
+        model = model.to(dev)
+    graphs = capture_graphs(model, to_device(tuple(example_inputs), dev))
+    return calibrate_graphs(graphs, dev, warmup, repeat, measure_device, progress, models,
+                            threads, in_graph)

@@ -1,0 +1,143 @@
+"""The steps of a ``cpsat`` solve: pieces, their plans, the bound, the polish, the choice.
+
+Imported when a plan is solved, not when the plan cache answers (CP-SAT takes a
+quarter of a second to load).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+from autostream.problem import SchedulingProblem
+from autostream.schedule import Schedule
+from autostream.solvers import critical_path, heft, nimble, opara, round_robin, single, tf_greedy
+from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_edges
+from autostream.solvers.base import schedule_from_assignment
+from autostream.solvers.cpsat.bounds import pieces_lower_bound
+from autostream.solvers.cpsat.clock import DET_PER_SECOND, WALL_FACTOR
+from autostream.solvers.cpsat.distinct import plan_distinct
+from autostream.solvers.cpsat.ladder import LADDER, PiecePlan, best_candidate, plan_piece
+from autostream.solvers.cpsat.options import CpsatOptions
+from autostream.solvers.cpsat.pieces import Piece, cut_into_pieces
+from autostream.solvers.cpsat.stats import CpsatStats
+from autostream.solvers.cpsat.task_plan import worst_status
+
+#: nimble's transitive closure is quadratic: left out of the portfolio beyond this
+_PORTFOLIO_MAX_OPS = 1000
+_BASELINES = {
+    "round_robin": round_robin.solve,
+    "tf_greedy": tf_greedy.solve,
+    "opara": opara.solve,
+    "critical_path": critical_path.solve,
+    "nimble": nimble.solve,
+}
+#: tie order between equally fast plans (after cross edges and streams used)
+_PREFERENCE = ("single", "cpsat", *(m.name for m in LADDER[1:]), "heft", *_BASELINES)
+
+
+def plan(problem: SchedulingProblem, opts: CpsatOptions, started: float) -> Schedule:
+    """Solve ``problem`` (the module docstring of :mod:`autostream.solvers.cpsat` has the steps)."""
+    seconds = opts.seconds(len(problem.graph))
+    # a time_limit is the user's wall-clock limit too; the budget by size only a budget
+    wall = seconds if opts.time_limit is not None else WALL_FACTOR * seconds
+    deadline = _deadline(problem, wall, started) if opts.wall_clock else math.inf
+    return _plan(problem, dataclasses.replace(opts, time_limit=seconds), started, deadline)
+
+
+def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float,
+          deadline: float) -> Schedule:
+    """The named steps of a solve (see the module docstring)."""
+    pieces = _pieces(problem, opts)
+    planned = plan_distinct(problem, pieces, opts, deadline)
+    plans = list(planned.plans)
+    candidates: dict[str, Schedule] = {}
+    bound = problem.lower_bound()
+    if pieces:
+        candidates["cpsat"] = schedule_from_assignment(
+            problem, planned.stream_of, "cpsat", order=planned.order)
+        bound = pieces_lower_bound(problem, pieces, planned.core_bounds)
+    if _worth_polishing(problem, opts, pieces, candidates, bound + planned.resolution):
+        whole = plan_piece(problem, problem, _time_left(opts, plans), opts, deadline,
+                           warm=candidates["cpsat"])
+        candidates["cpsat"] = whole.schedule
+        bound = max(bound, whole.bound)
+        plans.append(whole)
+    candidates.update(_baselines(problem, opts))  # cheap: after the searches, in the reserve
+    best = best_candidate(problem, candidates, _PREFERENCE)
+    return _finish(problem, candidates, best, bound, pieces, plans, planned.resolution, started)
+
+
+def _worth_polishing(problem: SchedulingProblem, opts: CpsatOptions, pieces: list[Piece],
+                     candidates: dict[str, Schedule], bound: float) -> bool:
+    """A graph that fits one model, cut into several pieces, without a proven optimum:
+    the whole-graph model, warm-started from the stitched plan, may do better (the
+    cuts moved ops, and a piece's plan cannot use the idle time of its neighbours)."""
+    return (len(pieces) > 1 and len(problem.graph) <= opts.window
+            and candidates["cpsat"].makespan > bound + 1e-6)
+
+
+def _time_left(opts: CpsatOptions, plans: list[PiecePlan]) -> float:
+    used = sum(s.deterministic_time for p in plans for s in p.searches)
+    return max(opts.time_limit - used / DET_PER_SECOND, 0.0)
+
+
+def _baselines(problem: SchedulingProblem, opts: CpsatOptions) -> dict[str, Schedule]:
+    """One stream and HEFT always (so never worse than its warm start), the others with
+    ``portfolio``."""
+    out = {"single": single.solve(problem), "heft": heft.solve(problem)}
+    if opts.portfolio:
+        out.update((name, fn(problem)) for name, fn in _BASELINES.items()
+                   if len(problem.graph) <= _PORTFOLIO_MAX_OPS or name != "nimble")
+    return out
+
+
+def _pieces(problem: SchedulingProblem, opts: CpsatOptions) -> list[Piece]:
+    """The pieces to plan: none when there is nothing to place, one without ``decompose``."""
+    if problem.streams == 1 or len(problem.graph) <= 1:
+        return []
+    if not opts.decompose:
+        return [Piece(problem.topo_order, None, None)]
+    return cut_into_pieces(problem)
+
+
+def _deadline(problem: SchedulingProblem, seconds: float, started: float) -> float:
+    """When the searches must stop (wall clock): the Python work after them (the
+    baselines, simulating the candidates) stays inside ``seconds``."""
+    reserve = min(0.25 * seconds, 0.2 + 2e-4 * len(problem.graph))
+    return started + seconds - reserve
+
+
+def _finish(problem: SchedulingProblem, candidates: dict[str, Schedule], best: str,
+            bound: float, pieces: list[Piece], plans: list[PiecePlan], resolution: float,
+            started: float) -> Schedule:
+    chosen = candidates[best]
+    searches = [s for p in plans for s in p.searches]
+    edges = transitive_reduction_edges(problem.graph, problem.topo_order)
+    stats = CpsatStats(
+        source=best,
+        status=worst_status(s.status for s in searches),
+        bound=bound,
+        gap=chosen.makespan / bound - 1.0 if bound > 0 else 0.0,
+        proven=bool(plans) and all(p.proven for p in plans),
+        deterministic=all(s.deterministic for s in searches),
+        pieces=len(pieces),
+        pieces_solved=len(plans),
+        piece_sources=tuple(sorted({p.source for p in plans})),
+        tasks=max((p.tasks for p in plans), default=0),
+        windows=sum(s.windows for s in searches),
+        windows_reused=sum(s.windows_reused for s in searches),
+        windows_greedy=sum(s.windows_greedy for s in searches),
+        cross_edges=cross_stream_edges(edges, dict(chosen.stream_of)),
+        single_stream_us=candidates["single"].makespan,
+        heft_us=candidates["heft"].makespan,
+        solve_seconds=round(sum(s.solve_seconds for s in searches), 4),
+        deterministic_time=round(sum(s.deterministic_time for s in searches), 4),
+        plan_seconds=round(time.perf_counter() - started, 4),
+    )
+    optimal = chosen.makespan <= bound + resolution + 1e-6
+    return dataclasses.replace(chosen, solver="cpsat", lower_bound=bound, optimal=optimal,
+                               stats=stats)
+
+

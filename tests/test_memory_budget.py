@@ -1,0 +1,156 @@
+"""The memory budget: parsing and bad input, the planner never applying a plan over it."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import networkx as nx
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import autostream
+from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
+from autostream.capture import capture
+from autostream.memory import GraphMemory, predict_memory
+from autostream.memory_fit import FitInputs, evaluate, fit_plan
+from autostream.planning import PlanOptions, plan_graph
+from autostream.problem import SchedulingProblem
+from autostream.simulate import simulate_plan
+from autostream.solvers import get_solver
+from autostream.zoo import parallel_block
+from tests.helpers import as_tuple
+
+
+@pytest.mark.parametrize("text, fraction, nbytes", [
+    ("0.1", 0.1, None), ("10%", 0.1, None), (0, 0.0, None), ("512MiB", None, 512 * 2**20),
+    ("1GB", None, 10**9), ("4096 B", None, 4096), ("10%,2MiB", 0.1, 2 * 2**20),
+])
+def test_budget_forms(text, fraction, nbytes):
+    assert MemoryBudget.parse(text) == MemoryBudget(fraction, nbytes)
+
+
+def test_budget_limits():
+    assert MemoryBudget.parse(0).limit(1000) == 1000
+    assert MemoryBudget.parse("10%,1KiB").limit(1000) == 1000 + 1024  # the larger allowance
+    assert MemoryBudget.parse("10%,1KiB").limit(10**6) == 1_100_000
+    assert MemoryBudget.parse(None) is None and MemoryBudget.parse("none") is None
+    assert MemoryBudget.parse(DEFAULT_MAX_MEMORY_INCREASE).limit(10**9) == 1_100_000_000
+
+
+@pytest.mark.parametrize("bad, why", [
+    (-0.1, "must be >= 0"), ("-512MiB", "must be >= 0"), ("lots", "cannot read 'lots'"),
+    ("12 parsecs", "cannot read"), (float("nan"), "must be >= 0"), (True, "must be a number"),
+    (float("inf"), "use None for no budget"),
+])
+def test_bad_budgets_name_the_option_at_construction(bad, why):
+    for make in (lambda: autostream.AutoStreamPass(max_memory_increase=bad),
+                 lambda: autostream.backend(max_memory_increase=bad),
+                 lambda: PlanOptions(max_memory_increase=bad)):
+        with pytest.raises(ValueError, match="max_memory_increase") as info:
+            make()
+        assert why in str(info.value)
+
+
+def test_bad_budget_on_the_command_line_names_the_flag():
+    out = subprocess.run(
+        [sys.executable, "-m", "autostream.cli", "plan", "autostream.zoo:article_model",
+         "--max-memory-increase", "-1"], capture_output=True, text=True, check=False)
+    assert out.returncode != 0 and "--max-memory-increase must be >= 0" in out.stderr
+
+
+def test_budget_is_part_of_the_pass_identity():
+    a, b = autostream.AutoStreamPass(), autostream.AutoStreamPass(max_memory_increase=0)
+    assert a != b and a.digest() != b.digest()
+
+
+def _random_problem(seed: int, n: int, streams: int):
+    rng = random.Random(seed)
+    g = nx.DiGraph()
+    for i in range(n):
+        g.add_node(f"n{i}", duration=float(rng.randint(1, 20)), share=0.0, order=i)
+        for j in rng.sample(range(i), min(i, rng.randint(0, 3))):
+            g.add_edge(f"n{j}", f"n{i}")
+    sizes = {v: rng.choice([0, 1, 8, 64, 256, 1024]) for v in g}
+    return SchedulingProblem(g, streams), GraphMemory.from_sizes(g, sizes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 24), streams=st.integers(2, 4),
+       solver=st.sampled_from(["heft", "critical_path", "round_robin", "opara"]),
+       fraction=st.sampled_from([0.0, 0.05, 0.25]))
+def test_a_fitted_plan_never_exceeds_its_budget(seed, n, streams, solver, fraction):
+    problem, memory = _random_problem(seed, n, streams)
+    inputs = FitInputs(problem.graph, problem, memory, solver)
+    single = evaluate(inputs, get_solver("single")(problem), problem)
+    candidate = evaluate(inputs, get_solver(solver)(problem), problem, how=solver)
+    limit = MemoryBudget(fraction).limit(single.memory.peak_bytes)
+    chosen, notes = fit_plan(inputs, candidate, single, limit, 0.01)
+    # checked again from scratch: its syncs order every dependence (and its ordering
+    # edges), and the peak on its own replay is within the budget
+    timeline = simulate_plan(chosen.problem, chosen.schedule, chosen.syncs or None)
+    again = predict_memory(memory, chosen.schedule, chosen.syncs, timeline)
+    assert again.peak_bytes <= limit
+    assert set(problem.graph.edges) <= set(chosen.problem.graph.edges)
+    if candidate.memory.peak_bytes > limit:
+        assert notes and "over the budget" in notes[0]
+    else:
+        assert chosen is candidate
+
+
+@pytest.fixture(scope="module")
+def fan_out():
+    [graph] = capture(*parallel_block(tokens=256))
+    return graph
+
+
+def _plan(graph, streams, budget):
+    return plan_graph(graph.gm, PlanOptions(max_streams=streams, solver="heft", cost_table="h200",
+                                            max_memory_increase=budget))
+
+
+def test_fan_out_model_keeps_most_of_its_speed_up_within_the_default_budget(fan_out):
+    free = _plan(fan_out, 2, None)
+    assert free.memory.increase >= 0.30 and free.predicted_speedup > 1.3
+    fitted = _plan(fan_out, 2, "10%,256KiB")
+    m = fitted.memory
+    assert m.peak_bytes <= m.limit_bytes < free.memory.peak_bytes
+    assert fitted.schedule.streams_used == 2 and m.how != "as solved"
+    kept = (fitted.predicted_speedup - 1) / (free.predicted_speedup - 1)
+    assert kept > 0.5
+    strict = _plan(fan_out, 2, 0)
+    assert strict.memory.peak_bytes <= strict.memory.single_stream_peak_bytes
+
+
+def test_summary_and_json_carry_the_peaks(fan_out, tmp_path):
+    s = _plan(fan_out, 2, 0).summary()
+    assert s["peak_bytes"] <= s["single_stream_peak_bytes"] == s["memory_limit_bytes"]
+    out = tmp_path / "plan.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "autostream.cli", "plan", "autostream.zoo:parallel_block",
+         "--streams", "2", "--solver", "heft", "--cost-table", "h200",
+         "--max-memory-increase", "0", "--json", str(out)],
+        capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert data["peak_bytes"] <= data["single_stream_peak_bytes"] > 0
+    assert "peak memory" in done.stdout
+
+
+def test_compiled_fan_out_within_budget_computes_what_the_model_computes():
+    torch._dynamo.reset()
+    model, inputs = parallel_block(tokens=256)
+    be = autostream.backend(max_streams=3, solver="heft", cost_table="h200", measure=0,
+                            max_memory_increase="10%,256KiB", sanitize=True)
+    compiled = torch.compile(model, backend=be)
+    with torch.no_grad():
+        expected, got = as_tuple(model(*inputs)), as_tuple(compiled(*inputs))
+    torch._dynamo.reset()
+    for e, g in zip(expected, got, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+    report = be.autostream_pass.last_report
+    assert report.applied and report.plan.memory.peak_bytes <= report.plan.memory.limit_bytes
