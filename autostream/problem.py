@@ -46,17 +46,12 @@ class Resource:
 
 
 def lane_stream(index: int) -> int:
-    """The stream number schedules give lane ``index`` (negative: never a real stream).
+    """The stream number schedules give lane ``index``: negative, never a real stream's.
 
-    >>> lane_stream(0), is_lane(lane_stream(0)), is_lane(0)
-    (-1, True, False)
+    >>> lane_stream(0), lane_stream(1)
+    (-1, -2)
     """
     return -(index + 1)
-
-
-def is_lane(stream: int) -> bool:
-    """Whether a schedule's stream number denotes a lane (a link), not a stream."""
-    return stream < 0
 
 
 @dataclass(frozen=True, eq=False)

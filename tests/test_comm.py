@@ -381,7 +381,7 @@ def test_reports_draw_links_as_lanes_of_their_own(tmp_path):
     trace = chrome_trace(plan.problem, plan.schedule, plan.syncs)
     names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
     assert "link_1" in names
-    assert '"cluster_stream_-1"' in graph_dot(plan.problem, plan.schedule, plan.syncs)
+    assert "subgraph cluster_link_1 {" in graph_dot(plan.problem, plan.schedule, plan.syncs)
     gantt_png(tmp_path / "plan.png", plan.problem, plan.schedule, plan.syncs)
     assert (tmp_path / "plan.png").stat().st_size > 0
 

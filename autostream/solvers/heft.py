@@ -133,12 +133,16 @@ class _Timeline:
             self.load.add(t, t + d, share)
 
 
+def _machine(problem: SchedulingProblem, stream: int) -> int:
+    """The timeline's machine of a stream; lane ``-(k + 1)`` is machine ``streams + k``."""
+    return stream if stream >= 0 else problem.streams - stream - 1
+
+
 def heft_placement(problem: SchedulingProblem) -> Placement:
     """Run HEFT and return its capacity-feasible placement (used as a CP-SAT hint)."""
     rank = upward_rank(problem)
     idx = problem.topo_index
     queue = sorted(problem.graph, key=lambda n: (-rank[n], idx[n]))
-    # lanes are machines too: lane stream -(k + 1) is busy list streams + k
     timeline = _Timeline(problem.streams + len(problem.links), problem.capacity)
     stream_of: dict[str, int] = {}
     start: dict[str, float] = {}
@@ -159,12 +163,12 @@ def heft_placement(problem: SchedulingProblem) -> Placement:
                  for p in problem.graph.predecessors(n)),
                 default=0.0,
             )
-            t = timeline.earliest(s if s >= 0 else problem.streams - s - 1, ready, d, share)
+            t = timeline.earliest(_machine(problem, s), ready, d, share)
             if best is None or t + d < best[0] - _EPS:
                 best = (t + d, s, t)
         assert best is not None
         _, s, t = best
-        timeline.place(s if s >= 0 else problem.streams - s - 1, t, d, share)
+        timeline.place(_machine(problem, s), t, d, share)
         stream_of[n], start[n], end[n] = s, t, t + d
     return Placement(stream_of, start, end)
 
