@@ -50,11 +50,17 @@ def outcome_digest(nodes: Iterable[str], schedule: Any | None,
 
 def gather_over_world(value: Any) -> list[Any]:
     """``value`` of every rank of the default process group, by rank."""
+    import torch
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.utils._python_dispatch import _disable_current_modes
 
     gathered: list[Any] = [None] * dist.get_world_size()
-    with unset_fake_temporarily():  # the pass runs inside AOTAutograd's fake mode
+    # The pass runs inside AOTAutograd: its fake mode and the Python dispatcher are on.
+    # Through the Python dispatcher, gloo's collective would hold the GIL while it waits
+    # for its process group's queue, whose thread may be waiting for the GIL (a deadlock
+    # seen on 2 ranks); without it the binding releases the GIL as usual.
+    with unset_fake_temporarily(), _disable_current_modes(), torch._C._DisablePythonDispatcher():
         dist.all_gather_object(gathered, value)
     return gathered
 
