@@ -64,8 +64,9 @@ EXPERIMENTS = (
                "Single stream versus autostream, measured, next to the predicted speed-up.",
                ("--runs", "20", "--warmup", "3")),
     Experiment("distributed.py", "Distributed graphs",
-               "Two ranks on gloo: eager, compiled single-stream, autostream and the "
-               "hand-written overlap of collectives, side by side, with the prediction."),
+               "Two ranks on gloo: eager, compiled single-stream, autostream (as planned, and "
+               "as the backend chooses) and the hand-written overlap of collectives, side by "
+               "side, with the prediction."),
     Experiment("overlap.py", "Overlap ceiling and traced segments",
                "What two CPU streams can gain at most per model (two copies of its graph), and "
                "plans run with ops called from Python against traced segments.",
