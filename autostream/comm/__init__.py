@@ -7,7 +7,7 @@ See ``docs/distributed.md``.  ``register`` adds a vendor op by qualified name:
 'npu::my_fused_dispatch'
 """
 
-from autostream.comm.ops import CommOp, comm_op, comm_ops, has_communication, waited_collective
+from autostream.comm.ops import CommOp, comm_op, has_communication
 from autostream.comm.registry import (
     DEFAULT_REGISTRY,
     CommRegistry,
@@ -17,6 +17,6 @@ from autostream.comm.registry import (
 )
 
 __all__ = [
-    "DEFAULT_REGISTRY", "CommOp", "CommRegistry", "CommSpec", "comm_op", "comm_ops",
-    "has_communication", "looks_like_communication", "register", "waited_collective",
+    "DEFAULT_REGISTRY", "CommOp", "CommRegistry", "CommSpec", "comm_op", "has_communication",
+    "looks_like_communication", "register",
 ]

@@ -7,13 +7,12 @@
 >>> op = comm_op(ar)
 >>> op.role, op.collective, op.group, op.nbytes
 ('collective', 'all_reduce', '0', 1024)
->>> comm_op(w).role, waited_collective(w) is ar
-('wait', True)
+>>> comm_op(w).role
+'wait'
 """
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,24 +117,6 @@ def comm_op(node: torch.fx.Node, registry: CommRegistry = DEFAULT_REGISTRY) -> C
     nbytes = 0 if spec.role == "wait" else message_bytes(node)
     return CommOp(node.name, spec.qualname, spec.role, spec.collective, group, nbytes,
                   registered=spec.qualname in registry)
-
-
-def waited_collective(wait: torch.fx.Node) -> torch.fx.Node | None:
-    """The node a ``wait`` waits for: its input, through ``getitem`` of coalesced results."""
-    source = wait.args[0] if wait.args else None
-    while isinstance(source, torch.fx.Node) and source.target is operator.getitem:
-        source = source.args[0]
-    return source if isinstance(source, torch.fx.Node) else None
-
-
-def comm_ops(graph: torch.fx.Graph, registry: CommRegistry = DEFAULT_REGISTRY) -> dict[str, CommOp]:
-    """Every node of ``graph`` with a communication role, in program order."""
-    found: dict[str, CommOp] = {}
-    for node in graph.nodes:
-        op = comm_op(node, registry)
-        if op is not None:
-            found[node.name] = op
-    return found
 
 
 def has_communication(graph: torch.fx.Graph, registry: CommRegistry = DEFAULT_REGISTRY) -> bool:

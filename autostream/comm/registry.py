@@ -187,11 +187,6 @@ class CommRegistry:
     def __contains__(self, qualname: object) -> bool:
         return qualname in self._specs
 
-    def digest_text(self) -> str:
-        """A canonical text of the entries (part of a plan's cross-rank digest)."""
-        return ";".join(f"{s.qualname}/{s.role}/{s.collective}/{s.group_arg}"
-                        for s in sorted(self._specs.values(), key=lambda s: s.qualname))
-
     def lookup(self, node: torch.fx.Node) -> CommSpec | None:
         """The spec of ``node``'s target: registered, or ``blocking``/``other`` when its
         name only looks like communication (see :func:`looks_like_communication`)."""
