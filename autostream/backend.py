@@ -14,9 +14,11 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from autostream.call_effects import EffectsUnknown, aot_mutated_inputs
+from autostream.comm import has_communication
+from autostream.comm.agree import slowest_rank_medians
 from autostream.lift import LiftedPlan, LiftError, lift_plan
 from autostream.passes import AutoStreamPass, PassReport, graph_device, strict
-from autostream.runtime.choice import MeasuredChoice
+from autostream.runtime.choice import SETTLE_S, MeasuredChoice
 from autostream.runtime.select import check_runtime_name, make_runner, select_runtime
 
 #: Single-stream alternatives the backend can measure the plan against.
@@ -131,7 +133,11 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         if not applied and (len(singles) == 1 or measure == 0):
             return singles[fallback]
         candidates = {"streams": compiled, **singles} if applied else singles
-        choice = MeasuredChoice(candidates, trials=measure)
+        # ranks running collectives keep one candidate, timed on its slowest rank, and
+        # decide at the same call: one warm-up call per block instead of a settling time
+        agree = slowest_rank_medians if has_communication(gm.graph) else None
+        choice = MeasuredChoice(candidates, trials=measure, agree=agree,
+                                settle_s=0.0 if agree else SETTLE_S)
         choices.append(choice)
         return choice
 

@@ -9,7 +9,11 @@ Edges come from three sources:
    earlier reader and writer of the same storage, and later readers after them.
    Storages are tracked through views: a view's storage is its base's;
 3. **effects**: ops registered with ``has_side_effect``, impure ops and RNG ops
-   keep their relative program order (one chain), so no rewrite reorders them.
+   keep their relative program order (one chain), so no rewrite reorders them;
+4. **communication**: collective launches and blocking communication ops
+   (``autostream.comm``) keep their relative program order (a second chain, edge
+   kind ``"comm"``): ranks match collectives by issue order.  A ``wait_tensor``
+   writes nothing; it depends on its collective through data flow.
 
 Placeholders, ``get_attr`` and ``output`` are not scheduled.  Metadata-only ops
 (views, ``getitem``, symbolic-size arithmetic) are scheduled with zero cost.
@@ -24,10 +28,12 @@ import networkx as nx
 import torch
 import torch.fx
 
+from autostream.comm import comm_op
+
 #: ``OpGraph`` is a plain ``networkx.DiGraph``; nodes are FX node names with the
 #: attributes ``fx`` (the ``torch.fx.Node``), ``target`` (str), ``order`` (program
 #: position) and ``meta_only`` (bool).  Edges carry ``kind`` in
-#: {"data", "memory", "effect"}.
+#: {"data", "memory", "effect", "comm"}.
 OpGraph = nx.DiGraph
 
 _UNSCHEDULED = {"placeholder", "get_attr", "output"}
@@ -39,6 +45,8 @@ class OpEffects:
 
     writes: tuple[torch.fx.Node, ...]  # inputs whose storage it mutates
     ordered: bool  # side effect or RNG: keep program order among such ops
+    #: a collective launch or blocking communication: keeps program order among those
+    communicates: bool = False
 
 
 def target_name(node: torch.fx.Node) -> str:
@@ -144,17 +152,12 @@ def draws_random_numbers(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -
 
 
 def op_effects(node: torch.fx.Node) -> OpEffects:
-    """Inputs an op writes, and whether it must keep program order (side effect / RNG)."""
-    writes: list[torch.fx.Node] = []
-    schema = _schema(node)
-    if schema is not None:
-        for i, arg in enumerate(schema.arguments):
-            if arg.alias_info is None or not arg.alias_info.is_write:
-                continue
-            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
-            for v in value if isinstance(value, (list, tuple)) else [value]:
-                if isinstance(v, torch.fx.Node):
-                    writes.append(v)
+    """Inputs an op writes, and whether it must keep program order (side effect / RNG,
+    communication)."""
+    comm = comm_op(node)
+    if comm is not None:
+        return _comm_effects(node, comm.orders, comm.qualname)
+    writes = _schema_writes(node)
     is_hop = isinstance(node.target, torch._ops.HigherOrderOperator)
     if is_hop:
         # auto_functionalized and friends: conservatively treat every tensor input as written.
@@ -168,6 +171,33 @@ def op_effects(node: torch.fx.Node) -> OpEffects:
     if ordered and not writes and (side_effect or is_hop):
         writes.extend(node.all_input_nodes)
     return OpEffects(tuple(writes), ordered)
+
+
+def _comm_effects(node: torch.fx.Node, orders: bool, qualname: str) -> OpEffects:
+    """A wait writes nothing; a collective writes what its schema says, and a blocking op
+    named in-place (``c10d::allreduce_``) its tensor inputs."""
+    if not orders:
+        return OpEffects((), False)
+    writes = _schema_writes(node)
+    if qualname.endswith("_") and not writes:
+        writes = [n for n in node.all_input_nodes if n.op != "get_attr"]
+    return OpEffects(tuple(writes), False, communicates=True)
+
+
+def _schema_writes(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The arguments the op's schema marks as written (``Tensor(a!)``)."""
+    schema = _schema(node)
+    writes: list[torch.fx.Node] = []
+    if schema is None:
+        return writes
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, torch.fx.Node):
+                writes.append(v)
+    return writes
 
 
 def _storage_root(node: torch.fx.Node, roots: dict[torch.fx.Node, torch.fx.Node]) -> torch.fx.Node:
@@ -189,6 +219,7 @@ def build_op_graph(gm: torch.fx.GraphModule) -> OpGraph:
     last_write: dict[torch.fx.Node, str] = {}
     reads_since: dict[torch.fx.Node, list[str]] = {}
     last_ordered: str | None = None
+    last_comm: str | None = None
 
     def add_edge(u: str, v: str, kind: str) -> None:
         if u != v and not g.has_edge(u, v):
@@ -230,4 +261,8 @@ def build_op_graph(gm: torch.fx.GraphModule) -> OpGraph:
             if last_ordered is not None:
                 add_edge(last_ordered, name, "effect")
             last_ordered = name
+        if effects.communicates:
+            if last_comm is not None:
+                add_edge(last_comm, name, "comm")
+            last_comm = name
     return g

@@ -29,6 +29,7 @@ depend on it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ from autostream.call_effects import (
     GraphEffects,
     trace_call_effects,
 )
+from autostream.comm.links import add_transfers
 from autostream.graph import OpGraph, build_op_graph, target_name
 from autostream.memory import (
     GraphMemory,
@@ -233,6 +235,7 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
     deps = _with_memory_edges(op_graph, plan, groups)
     order = tuple(nx.lexicographical_topological_sort(deps, key=lambda n: (key[n], n)))
     problem = _lifted_problem(deps, groups, plan)
+    stream_of, order = problem.place_lanes(stream_of, order)
     schedule = Schedule(f"{plan.schedule.solver}+lifted", stream_of, order, {}, {}, 0.0, 0.0)
     syncs = tuple(compute_syncs(deps, schedule))
     timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us,
@@ -247,8 +250,11 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
             node.meta[EFFECTS_KEY] = effects.calls[node.name]
     rewrite_graph(gm, schedule, syncs)
     verify_rewrite(gm, op_graph).raise_if_failed()
+    # with collectives, one stream also waits for the transfers: the ATen plan's baseline
+    single = (plan.single_stream_us if plan.transfers
+              else sum(single_us[a] for m in groups.values() for a in m))
     return LiftedPlan(gm=gm, op_graph=op_graph, schedule=schedule, syncs=syncs, problem=problem,
-                      single_stream_us=sum(single_us[a] for m in groups.values() for a in m),
+                      single_stream_us=single,
                       predicted_us=predicted_us,
                       moved=tuple(moved))
 
@@ -304,6 +310,11 @@ def _lifted_problem(op_graph: OpGraph, groups: Mapping[str, list[str]], plan: Pl
         g.add_node(n, duration=total, share=min(1.0, share), order=data["order"],
                    kind=data["target"])
     g.add_edges_from(op_graph.edges)
+    # a blocking op's transfer is already in its ATen op's duration
+    transfers = {n: dataclasses.replace(plan.transfers[a], launch=n)
+                 for n, members in groups.items() for a in members
+                 if a in plan.transfers and not plan.transfers[a].blocking}
+    add_transfers(g, op_graph, transfers)
     return SchedulingProblem(g, streams=plan.problem.streams,
                              sync_latency_us=plan.problem.sync_latency_us,
                              capacity=plan.problem.capacity)

@@ -27,9 +27,12 @@ import torch.fx
 
 import cost_models
 from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
+from autostream.comm import has_communication
+from autostream.comm.agree import outcome_digest, rank_disagreement
 from autostream.cost import CostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.dialects.torchair import is_stream_op
+from autostream.graph import target_name
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
 from autostream.stages import StageTimes, Stopwatch
@@ -64,6 +67,7 @@ class Outcome(enum.Enum):
     UNSUPPORTED_COMPILER = "the compiler cannot run stream ops"
     PLANNING_FAILED = "planning failed"
     REWRITE_REJECTED = "rewrite rejected"
+    RANKS_DISAGREE = "ranks planned differently"
 
     @property
     def log_level(self) -> int:
@@ -87,6 +91,8 @@ class PassReport:
     #: seconds per stage: the plan's, then rewriting and verifying the graph (``None``:
     #: the graph was not rewritten, the plan's own stages are all there is)
     stages: StageTimes | None = None
+    #: for a graph that communicates: the digest every rank compared (``comm.agree``)
+    rank_digest: str | None = None
 
     @property
     def applied(self) -> bool:
@@ -261,9 +267,31 @@ class AutoStreamPass(CustomGraphPass):
 
     def apply(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None
               ) -> PassReport:
-        """Plan and rewrite ``gm``; never raises for a graph it cannot handle (unless strict)."""
+        """Plan and rewrite ``gm``; never raises for a graph it cannot handle (unless strict).
+
+        A graph that communicates is rewritten only if every rank decided the same
+        (``comm.agree``); else every rank leaves it unchanged.
+        """
         if not isinstance(gm, torch.fx.GraphModule):
             return _unsupported(gm)
+        if not has_communication(gm.graph):
+            return self._plan_and_rewrite(gm, example_inputs)
+        snap = snapshot(gm.graph)
+        report = self._plan_and_rewrite(gm, example_inputs)
+        plan = report.plan if report.applied else None
+        digest = outcome_digest((f"{n.name}:{target_name(n)}" for n in snap.order),
+                                plan.schedule if plan else None, plan.syncs if plan else ())
+        why = rank_disagreement(digest)
+        if why is None:
+            return dataclasses.replace(report, rank_digest=digest)
+        if report.applied:
+            restore(gm.graph, snap)
+            gm.recompile()
+        return PassReport(report.graph_nodes, Outcome.RANKS_DISAGREE, f"left unchanged: {why}",
+                          report.plan, rank_digest=digest)
+
+    def _plan_and_rewrite(self, gm: torch.fx.GraphModule, example_inputs: Any = None
+                          ) -> PassReport:
         nodes = len(gm.graph.nodes)
         tagged = hand_tagged(gm.graph)
         if tagged:

@@ -11,6 +11,8 @@ import networkx as nx
 import torch.fx
 
 from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
+from autostream.comm import comm_op
+from autostream.comm.links import Transfer, add_transfers, plan_transfers
 from autostream.graph import OpGraph, build_op_graph
 from autostream.memory import GraphMemory
 from autostream.memory_fit import FitInputs, PlanMemory, RuntimeCosts, evaluate, fit_plan
@@ -77,6 +79,10 @@ class Plan:
     memory: PlanMemory | None = None
     #: seconds per stage of planning (graph, costs, solve, syncs)
     stages: StageTimes = StageTimes()
+    #: collective launch -> its transfer on its process group's link (``comm.links``)
+    transfers: Mapping[str, Transfer] = field(default_factory=dict)
+    #: what the planner could not identify in the graph's communication (see there)
+    comm_notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def predicted_speedup(self) -> float:
@@ -84,10 +90,13 @@ class Plan:
 
     @property
     def cost_sources(self) -> SourceBreakdown:
-        """What fraction of the predicted time rests on exact, scaled, roofline, free costs."""
-        from autostream.cost import source_breakdown
+        """What fraction of the predicted time rests on exact, scaled, roofline, free costs
+        (transfers on links included)."""
+        from autostream.cost import OpCost, source_breakdown
 
-        return source_breakdown(self.estimates.values())
+        links = [OpCost(t.cost.duration_us, t.cost.share, t.cost.source)
+                 for t in self.transfers.values()]
+        return source_breakdown([*self.estimates.values(), *links])
 
     @property
     def is_single_stream(self) -> bool:
@@ -131,12 +140,13 @@ def load_cost_model(cost_table: str | CostModel | None) -> CostModel:
 
 def build_problem(
     op_graph: OpGraph, estimates: Mapping[str, OpCost], streams: int, sync_latency_us: float,
-    split: bool = False,
+    split: bool = False, transfers: Mapping[str, Transfer] | None = None,
 ) -> SchedulingProblem:
     """The solver's view of an ``OpGraph``: durations, shares and program order.
 
     ``split``: durations as in a multi-stream plan, where each op runs on its
     stream's share of the intra-op threads (``OpCost.split``; 1 on accelerators).
+    ``transfers``: collectives' transfers, as tasks on their links (``comm.links``).
     """
     g = nx.DiGraph()
     for n, data in op_graph.nodes(data=True):
@@ -145,6 +155,7 @@ def build_problem(
         g.add_node(n, duration=e.duration_us * factor, share=e.share, order=data["order"],
                    kind=data["target"])
     g.add_edges_from(op_graph.edges)
+    add_transfers(g, op_graph, transfers or {})
     return SchedulingProblem(g, streams=streams, sync_latency_us=sync_latency_us)
 
 
@@ -167,10 +178,12 @@ def plan_graph(
     op_graph = build_op_graph(gm)
     watch.lap("graph")
     estimates = {n: cost_model.estimate(data["fx"]) for n, data in op_graph.nodes(data=True)}
-    problem = build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us)
+    transfers, comm_notes = plan_transfers(op_graph, cost_model)
+    problem = build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us,
+                            transfers=transfers)
     single = get_solver("single")(problem)
     split_problem = build_problem(op_graph, estimates, options.max_streams,
-                                  cost_model.sync_latency_us, split=True)
+                                  cost_model.sync_latency_us, split=True, transfers=transfers)
     watch.lap("costs")
     costs = RuntimeCosts(float(getattr(cost_model, "runtime_op_us", 0.0)),
                          float(getattr(cost_model, "runtime_call_us", 0.0)),
@@ -178,6 +191,9 @@ def plan_graph(
     solver_options: dict[str, Any] = {}
     if options.solver == "cpsat" and options.time_limit is not None:
         solver_options["time_limit"] = options.time_limit
+    if options.solver == "cpsat" and communicates(op_graph):
+        # every rank must reach the same plan: no wall-clock cut (docs/distributed.md)
+        solver_options["wall_clock"] = False
     fit = FitInputs(op_graph, split_problem, GraphMemory.from_graph(gm), options.solver,
                     solver_options, costs)
     chosen = single_plan = evaluate(fit, single, problem)
@@ -209,7 +225,14 @@ def plan_graph(
         memory=PlanMemory(chosen.memory.peak_bytes, single_plan.memory.peak_bytes, limit,
                           chosen.memory.reserved_bytes, chosen.memory, chosen.edges, chosen.how),
         stages=watch.times(),
+        transfers=transfers,
+        comm_notes=comm_notes,
     )
+
+
+def communicates(op_graph: OpGraph) -> bool:
+    """Whether any op of the graph communicates (collective, wait or blocking op)."""
+    return any(comm_op(d["fx"]) is not None for _, d in op_graph.nodes(data=True))
 
 
 def _not_faster_note(solver: str, candidate, single: Schedule, costs: RuntimeCosts) -> str:

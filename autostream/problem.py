@@ -11,9 +11,20 @@ all build one.  Node attributes on ``graph``:
   saturates the device and can overlap with nothing but zero-share ops.
 - ``order`` (int): the node's position in the original program; used to break ties
   so that every solver is deterministic.
+- ``lane`` (str, optional): the task runs on this serial resource instead of a
+  stream: a process group's link (``"link:<group>"``), where a collective's
+  transfer runs between its launch and its wait, beside the compute of every
+  stream.  A lane runs its tasks one at a time, in launch order; its tasks never
+  occupy a stream and need no syncs (edges to and from them pay no sync latency).
+  Schedules place lane ``k`` of :attr:`SchedulingProblem.links` on stream number
+  ``-(k + 1)``.
 
 Edges are dependences: ``u -> v`` means ``v`` may start only after ``u`` ends (plus
 ``sync_latency_us`` when the two run on different streams).
+
+The problem names its resources (:attr:`SchedulingProblem.resources`): the
+device's compute capacity, the streams, one link per process group.  Solvers,
+the simulator and reports read that one list.
 """
 
 from __future__ import annotations
@@ -22,6 +33,25 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import networkx as nx
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One resource the tasks use: ``kind`` "device" (cumulative shares up to
+    ``capacity``), "streams" (``capacity`` in-order queues) or "link" (one serial lane)."""
+
+    name: str
+    kind: str
+    capacity: float
+
+
+def lane_stream(index: int) -> int:
+    """The stream number schedules give lane ``index``: negative, never a real stream's.
+
+    >>> lane_stream(0), lane_stream(1)
+    (-1, -2)
+    """
+    return -(index + 1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,6 +85,9 @@ class SchedulingProblem:
             s = data.get("share", 0.0)
             if not 0.0 <= s <= 1.0:
                 raise ValueError(f"task {n!r} has device share {s!r}; shares lie in [0, 1]")
+            lane = data.get("lane")
+            if lane is not None and (not isinstance(lane, str) or not lane):
+                raise ValueError(f"task {n!r} has lane {lane!r}; a lane is a non-empty name")
         if not nx.is_directed_acyclic_graph(self.graph):
             cycle = nx.find_cycle(self.graph)
             path = " -> ".join(str(u) for u, _ in cycle) + f" -> {cycle[0][0]}"
@@ -66,6 +99,69 @@ class SchedulingProblem:
 
     def share(self, node: str) -> float:
         return float(self.graph.nodes[node].get("share", 0.0))
+
+    def lane(self, node: str) -> str | None:
+        """The lane (link) a task runs on, ``None`` for a task that needs a stream."""
+        return self.graph.nodes[node].get("lane")
+
+    # -- resources -------------------------------------------------------------------
+    @cached_property
+    def links(self) -> tuple[str, ...]:
+        """The lanes the tasks use, sorted; lane ``k`` is stream ``lane_stream(k)``."""
+        return tuple(sorted({d["lane"] for _, d in self.graph.nodes(data=True) if d.get("lane")}))
+
+    @cached_property
+    def pinned(self) -> dict[str, int]:
+        """Lane task -> the (negative) stream number of its lane."""
+        index = {lane: k for k, lane in enumerate(self.links)}
+        return {n: lane_stream(index[d["lane"]]) for n, d in self.graph.nodes(data=True)
+                if d.get("lane")}
+
+    @property
+    def resources(self) -> tuple[Resource, ...]:
+        """The device, the streams and one serial link per lane.
+
+        >>> g = nx.DiGraph(); g.add_node("t", duration=1.0, lane="link:tp")
+        >>> [r.name for r in SchedulingProblem(g, streams=2).resources]
+        ['device', 'streams', 'link:tp']
+        """
+        return (Resource("device", "device", self.capacity),
+                Resource("streams", "streams", float(self.streams)),
+                *(Resource(lane, "link", 1.0) for lane in self.links))
+
+    def place_lanes(self, stream_of: dict[str, int], order: tuple[str, ...]
+                    ) -> tuple[dict[str, int], tuple[str, ...]]:
+        """A plan of the stream tasks completed with the lane tasks: each on its lane, in
+        ``order`` right after its last predecessor (its launch, or the link's previous
+        transfer).
+
+        >>> g = nx.DiGraph([("ar", "ar.t"), ("ar.t", "w"), ("ar", "w"), ("x", "w")])
+        >>> nx.set_node_attributes(g, 1.0, "duration"); g.nodes["ar.t"]["lane"] = "link:0"
+        >>> SchedulingProblem(g, streams=2).place_lanes({"ar": 0, "x": 1, "w": 0}, ("ar", "x", "w"))
+        ({'ar': 0, 'x': 1, 'w': 0, 'ar.t': -1}, ('ar', 'ar.t', 'x', 'w'))
+        """
+        pinned = self.pinned
+        out: list[str] = []
+        done: set[str] = set()
+
+        def emit(n: str) -> None:
+            out.append(n)
+            done.add(n)
+            for s in sorted(self.graph.successors(n), key=self.topo_index.__getitem__):
+                if s in pinned and s not in done and all(p in done for p in self.graph.predecessors(s)):
+                    emit(s)
+
+        for n in order:
+            emit(n)
+        return {**stream_of, **pinned}, tuple(out)
+
+    def lane_work(self) -> float:
+        """The busiest lane's total time (a lane runs one task at a time)."""
+        work: dict[str, float] = {}
+        for n in self.pinned:
+            lane = self.graph.nodes[n]["lane"]
+            work[lane] = work.get(lane, 0.0) + self.duration(n)
+        return max(work.values(), default=0.0)
 
     @cached_property
     def topo_order(self) -> tuple[str, ...]:
@@ -87,20 +183,25 @@ class SchedulingProblem:
         return max(finish.values(), default=0.0)
 
     def total_work(self) -> float:
-        return sum(self.duration(n) for n in self.graph)
+        """Sum of the durations of the tasks that run on streams (lanes run beside them)."""
+        pinned = self.pinned
+        return sum(self.duration(n) for n in self.graph if n not in pinned)
 
     def contended_work(self) -> float:
         """Sum of duration x share: the device-time the ops need at capacity 1."""
         return sum(self.duration(n) * self.share(n) for n in self.graph)
 
     def single_stream_time(self) -> float:
-        """Makespan on one stream: every op back to back (no syncs are needed)."""
+        """Makespan on one stream of a problem without lanes: every op back to back (no
+        syncs are needed).  With lanes, the ``single`` solver's makespan says it."""
         return self.total_work()
 
     def lower_bound(self) -> float:
-        """``max(critical path, work / streams, contended work / capacity)`` (Graham)."""
+        """``max(critical path, work / streams, contended work / capacity, busiest lane)``
+        (Graham, with the lanes as machines of their own)."""
         return max(
             self.critical_path(),
             self.total_work() / self.streams,
             self.contended_work() / self.capacity,
+            self.lane_work(),
         )

@@ -95,8 +95,10 @@ def rewrite_graph(
 
     current = 0
     for name in schedule.order:
-        node = by_name[name]
         stream = schedule.stream_of[name]
+        if stream < 0:  # a lane task (a transfer) is not a node: its launch runs it
+            continue
+        node = by_name[name]
         if stream != current:
             if current != 0:
                 emit(ops.scope_exit)

@@ -32,9 +32,10 @@ class SolverStats:
 class Schedule:
     """Where and in which order every op runs, with the predicted timeline.
 
-    ``stream_of`` maps op -> stream (0 is the main stream); ``order`` is the launch
-    order (a topological order of the dependences); ``start``/``end`` are predicted
-    times in microseconds.
+    ``stream_of`` maps op -> stream (0 is the main stream; a negative number is a
+    lane, e.g. a process group's link, see ``problem.lane_stream``); ``order`` is the
+    launch order (a topological order of the dependences); ``start``/``end`` are
+    predicted times in microseconds.
 
     >>> s = Schedule("single", {"a": 0}, ("a",), {"a": 0.0}, {"a": 1.0}, 1.0, 1.0)
     >>> s.streams_used
@@ -54,7 +55,8 @@ class Schedule:
 
     @property
     def streams_used(self) -> int:
-        return len(set(self.stream_of.values())) if self.stream_of else 0
+        """Streams holding at least one op (lanes do not count)."""
+        return len({s for s in self.stream_of.values() if s >= 0})
 
     @property
     def gap(self) -> float:
@@ -64,7 +66,7 @@ class Schedule:
         return self.makespan / self.lower_bound - 1.0
 
     def stream_sequences(self) -> dict[int, list[str]]:
-        """Ops of each stream, in launch order."""
+        """Ops of each stream (and lane), in launch order."""
         seqs: dict[int, list[str]] = {}
         for n in self.order:
             seqs.setdefault(self.stream_of[n], []).append(n)

@@ -21,6 +21,9 @@ and adds what the plan itself fixes:
 - **join**: ``output`` is when the main stream may return: its own last op, and every
   side stream's last op plus one sync latency (the join before ``output``).
   ``makespan`` is the last op's end, the quantity ``Schedule.makespan`` predicts.
+- **lanes**: a task on a lane (a collective's transfer on its process group's
+  link) is ordered by its edges alone: its launch starts it, its wait waits for it;
+  no sync, no launch slot, no segment.
 
 Modelling difference with ``cpsat``: inside its model CP-SAT treats the capacity as
 a blocking resource (an op waits until its share is free, with integer time units)
@@ -39,7 +42,7 @@ from dataclasses import dataclass, field
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import JOIN, Schedule, Sync
-from autostream.timeline import run_events
+from autostream.timeline import crosses_streams, run_events
 
 
 @dataclass(frozen=True)
@@ -146,10 +149,11 @@ def cross_stream_syncs(
     >>> cross_stream_syncs(SchedulingProblem(g, streams=2), {"a": 1, "b": 0})
     [Sync(producer='a', consumer='<output>'), Sync(producer='a', consumer='b')]
     """
-    out = [Sync(u, v) for u, v in problem.graph.edges if stream_of[u] != stream_of[v]]
+    out = [Sync(u, v) for u, v in problem.graph.edges if crosses_streams(stream_of, u, v)]
     last: dict[int, str] = {}
     for n in order if order is not None else problem.topo_order:
-        last[stream_of[n]] = n
+        if stream_of[n] >= 0:
+            last[stream_of[n]] = n
     out += [Sync(n, JOIN) for s, n in sorted(last.items()) if s != 0]
     return sorted(out, key=lambda s: (problem.topo_index[s.producer], s.consumer))
 
@@ -169,7 +173,8 @@ def _sync_events(
 def _output_time(spans: Mapping[str, OpSpan], events: tuple[SyncEvent, ...], latency: float) -> float:
     last: dict[int, float] = {}
     for s in spans.values():
-        last[s.stream] = max(last.get(s.stream, 0.0), s.end)
+        if s.stream >= 0:  # a lane's last transfer is waited for by an op on a stream
+            last[s.stream] = max(last.get(s.stream, 0.0), s.end)
     out = last.get(0, 0.0)
     joined = {e.producer_stream: e.ready for e in events if e.consumer == JOIN}
     for stream, t in last.items():
@@ -187,6 +192,10 @@ def _check_ordered(problem: SchedulingProblem, schedule: Schedule, syncs: list[S
     for s in syncs:
         if s.consumer != JOIN:
             hb[s.producer].append(s.consumer)
+    stream_of = schedule.stream_of
+    for u, v in problem.graph.edges:  # a launch starts its transfer, a wait waits for it
+        if stream_of[u] < 0 or stream_of[v] < 0:
+            hb[u].append(v)
     position = {n: i for i, n in enumerate(schedule.order)}
     for a, succ in hb.items():
         for b in succ:
@@ -229,7 +238,9 @@ def segment_leaders(schedule: Schedule, syncs: Iterable[Sync]) -> set[str]:
     waited = {s.consumer for s in cross}
     recorded = {s.producer for s in cross}
     leaders: set[str] = set()
-    for seq in schedule.stream_sequences().values():
+    for stream, seq in schedule.stream_sequences().items():
+        if stream < 0:  # a lane: nothing of the host's runs there
+            continue
         for i, n in enumerate(seq):
             if i == 0 or n in waited or seq[i - 1] in recorded:
                 leaders.add(n)
@@ -275,25 +286,26 @@ def simulate_plan(
     sync_list = list(syncs) if syncs is not None else None
     gates: dict[str, list[tuple[str, float]]]
     if sync_list is None:
-        gates = {
-            n: [(p, lat if stream_of[p] != stream_of[n] else 0.0) for p in g.predecessors(n)]
-            for n in order
-        }
+        gates = {n: [(p, lat if crosses_streams(stream_of, p, n) else 0.0)
+                     for p in g.predecessors(n)] for n in order}
     else:
         for s in sync_list:
             if s.producer not in stream_of or (s.consumer != JOIN and s.consumer not in stream_of):
                 raise ValueError(f"{s} names an op that is not in the schedule")
         _check_ordered(problem, schedule, sync_list)
-        gates = {n: [(p, 0.0) for p in g.predecessors(n) if stream_of[p] == stream_of[n]]
+        gates = {n: [(p, 0.0) for p in g.predecessors(n)
+                     if stream_of[p] == stream_of[n] or min(stream_of[p], stream_of[n]) < 0]
                  for n in order}
         for s in sync_list:
             if s.consumer != JOIN:
                 cross = stream_of[s.producer] != stream_of[s.consumer]
                 gates[s.consumer].append((s.producer, lat if cross else 0.0))
-    release = {n: (i + 1) * launch_overhead_us for i, n in enumerate(order)}
+    launched = [n for n in order if stream_of[n] >= 0]  # the host issues no transfer
+    release = dict.fromkeys(order, 0.0)
+    release.update({n: (i + 1) * launch_overhead_us for i, n in enumerate(launched)})
     all_syncs = sync_list if sync_list is not None else cross_stream_syncs(problem, stream_of, order)
-    if segment_overhead_us > 0 and len(set(stream_of.values())) > 1:
-        previous = {b: a for seq in schedule.stream_sequences().values()
+    if segment_overhead_us > 0 and schedule.streams_used > 1:
+        previous = {b: a for stream, seq in schedule.stream_sequences().items() if stream >= 0
                     for a, b in zip(seq, seq[1:], strict=False)}
         for n in segment_leaders(schedule, all_syncs):
             gates[n] = [(p, d + segment_overhead_us) for p, d in gates[n]]

@@ -11,6 +11,9 @@ The reduction is computed with vector clocks in ``O(|E| * streams)``: walking th
 launch order, ``clock[v][s]`` is the latest position on stream ``s`` that happens
 before (or is) ``v``.  A cross edge ``u -> v`` is redundant iff another
 predecessor ``w`` of ``v`` in ``H`` already has ``clock[w][stream(u)] >= pos(u)``.
+
+Lane tasks (a collective's transfer on its link, negative stream numbers) need no
+syncs: the dependence graph orders the launch before its wait directly.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ def _h_predecessors(
     deps: nx.DiGraph, schedule: Schedule
 ) -> tuple[list[str], dict[str, list[str]], dict[str, list[str]]]:
     """Launch order incl. JOIN, stream predecessor of each node, cross-stream sources."""
-    stream_of = dict(schedule.stream_of)
+    stream_of = _streams_only(schedule)
+    order = [n for n in schedule.order if n in stream_of]
     stream_of[JOIN] = 0
-    order = [*schedule.order, JOIN]
+    order.append(JOIN)
     prev_on_stream: dict[int, str] = {}
     stream_pred: dict[str, list[str]] = {}
     cross: dict[str, list[str]] = {}
@@ -59,7 +63,7 @@ def compute_syncs(deps: nx.DiGraph, schedule: Schedule) -> list[Sync]:
     [Sync(producer='a', consumer='c'), Sync(producer='c', consumer='d')]
     """
     order, stream_pred, cross = _h_predecessors(deps, schedule)
-    stream_of = dict(schedule.stream_of)
+    stream_of = _streams_only(schedule)
     stream_of[JOIN] = 0
     streams = sorted(set(stream_of.values()))
     slot = {s: i for i, s in enumerate(streams)}
@@ -86,6 +90,10 @@ def compute_syncs(deps: nx.DiGraph, schedule: Schedule) -> list[Sync]:
         vec[slot[s]] = pos_on_stream[n]
         clock[n] = vec
     return syncs
+
+
+def _streams_only(schedule: Schedule) -> dict[str, int]:
+    return {n: s for n, s in schedule.stream_of.items() if s >= 0}
 
 
 def group_waits(syncs: Iterable[Sync]) -> dict[str, list[str]]:

@@ -11,6 +11,11 @@ A solver that models contention as a blocking resource (``cpsat``, ``heft``)
 delays an op instead of slowing it; for a work-conserving device both give the
 same makespan whenever the solver's plan never exceeds the capacity, which is
 what the planners guarantee.
+
+Lanes (``problem.pinned``, negative stream numbers) are serial queues like
+streams, run beside them: a collective's transfer starts on its link once its
+launch has ended and the transfers before it on the link are done.  Edges to or
+from a lane task pay no sync latency (the collective's own machinery orders them).
 """
 
 from __future__ import annotations
@@ -47,11 +52,19 @@ def simulate(
         if position[u] > position[v]:
             raise ValueError(f"launch order puts {v!r} before its producer {u!r}")
     lat = problem.sync_latency_us
-    gates = {
-        n: [(p, lat if stream_of[p] != stream_of[n] else 0.0) for p in g.predecessors(n)]
-        for n in order
-    }
+    gates = {n: [(p, lat if crosses_streams(stream_of, p, n) else 0.0) for p in g.predecessors(n)]
+             for n in order}
     return run_events(problem, stream_of, order, gates, dict.fromkeys(order, 0.0))
+
+
+def crosses_streams(stream_of: Mapping[str, int], u: str, v: str) -> bool:
+    """Whether the edge ``u -> v`` joins two different streams (a sync); lanes never do.
+
+    >>> crosses_streams({"a": 0, "b": 1, "t": -1}, "a", "b"), crosses_streams({"a": 0, "t": -1}, "a", "t")
+    (True, False)
+    """
+    su, sv = stream_of[u], stream_of[v]
+    return su != sv and su >= 0 and sv >= 0
 
 
 def run_events(

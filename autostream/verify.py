@@ -5,6 +5,11 @@ the linear node order the way TorchAir and the runtimes interpret it: scope
 enter/exit select the current stream, ``record`` snapshots what has happened on
 the current stream so far, ``wait`` makes the next op of the current stream happen
 after those snapshots.  Happens-before is tracked with vector clocks.
+
+Communication: ranks match collectives by issue order, so every two collective
+launches (and blocking communication ops) must be ordered by happens-before, in
+their program order; a rewrite that lets two streams race to issue them is
+rejected, whatever the dependence graph says.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import networkx as nx
 import torch.fx
 
 from autostream.dialects.torchair import air_kind, scope_label, stream_index
+from autostream.graph import op_effects
 
 
 @dataclass
@@ -133,6 +139,7 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph) -> VerifyResult:
             result.problems.append(
                 f"dependence {u} -> {v} is not ordered (stream {su} -> stream {where[v][0]})"
             )
+    result.problems += check_collective_order(gm.graph, where, clock_of_op, deps)
     main_clock = clock_of_stream.get(0, {})
     for s, n in count.items():
         if s != 0 and main_clock.get(s, -1) < n - 1:
@@ -140,3 +147,25 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph) -> VerifyResult:
     if output_node is None:
         result.problems.append("the graph has no output node")
     return result
+
+
+def check_collective_order(
+    graph: torch.fx.Graph, where: dict[str, tuple[int, int]],
+    clock_of_op: dict[str, dict[int, int]], deps: nx.DiGraph,
+) -> list[str]:
+    """Every collective launch happens before the next one (linear order), and the linear
+    order is their program order (``deps``' ``order`` attribute, where it has one)."""
+    launches = [n.name for n in graph.nodes
+                if n.name in where and n.op == "call_function" and op_effects(n).communicates]
+    problems = []
+    for a, b in zip(launches, launches[1:]):
+        sa, pa = where[a]
+        if clock_of_op[b].get(sa, -1) < pa:
+            problems.append(
+                f"collectives {a} (stream {sa}) and {b} (stream {where[b][0]}) are not ordered: "
+                f"ranks could issue them in different orders (wrong results or a hang)")
+    order = {n: deps.nodes[n].get("order") for n in launches if n in deps}
+    known = [n for n in launches if order.get(n) is not None]
+    if known != sorted(known, key=order.__getitem__):
+        problems.append(f"collectives issued as {known[:6]}, not in their program order")
+    return problems

@@ -68,6 +68,10 @@ EXPERIMENTS = (
                "inference_mode, autocast bf16, training step) compiled with forced "
                "multi-stream plans, against eager: mismatches (the target is 0), applied and "
                "lifted plans."),
+    Experiment("distributed.py", "Distributed graphs",
+               "Two ranks on gloo: eager, compiled single-stream, autostream (as planned, and "
+               "as the backend chooses) and the hand-written overlap of collectives, side by "
+               "side, with the prediction."),
     Experiment("overlap.py", "Overlap ceiling and traced segments",
                "What two CPU streams can gain at most per model (two copies of its graph), and "
                "plans run with ops called from Python against traced segments.",

@@ -15,9 +15,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "signature on real tensors (alone and with a concurrent copy, for the "
                     "device share), measure launch/record-wait/stream-switch costs, and write "
                     "a JSON cost table usable as cost_table=FILE.")
-    p.add_argument("model_spec", nargs="+", metavar="MODEL_SPEC",
+    p.add_argument("model_spec", nargs="*", metavar="MODEL_SPEC",
                    help="module.path:function or path/to/file.py:function returning "
-                        "(model, example_inputs); several may be given")
+                        "(model, example_inputs); several may be given (none with "
+                        "--collectives)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "npu"))
     p.add_argument("--out", required=True, type=Path, help="table file to write")
     p.add_argument("--warmup", type=int, default=5, help="untimed runs per op (default 5)")
@@ -35,10 +36,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--merge", action="store_true",
                    help="merge into an existing --out table (new measurements win)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    g = p.add_argument_group("collectives (link fits of the alpha-beta model)")
+    g.add_argument("--collectives", action="store_true",
+                   help="time collectives on --nproc real ranks and write their link fits into "
+                        "--out (an existing table keeps its op entries)")
+    g.add_argument("--backend", default="gloo", choices=("gloo", "nccl", "hccl"))
+    g.add_argument("--nproc", type=int, default=2, help="ranks to spawn (default 2)")
+    g.add_argument("--sizes", type=int, nargs="+", default=None, metavar="BYTES",
+                   help="message sizes (default 4 KiB .. 4 MiB)")
+    g.add_argument("--link-share", type=float, default=None,
+                   help="device share of a running transfer (default: measured)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.collectives:
+        return run_collectives(args)
+    if not args.model_spec:
+        raise ValueError("give at least one MODEL_SPEC (or --collectives for link fits)")
     from autostream.calibration import calibrate_graphs, to_device
     from autostream.cost.table import CostTable, median_table
     from autostream.cost.timing import available_device
@@ -73,4 +88,35 @@ def run(args: argparse.Namespace) -> int:
           f" ({len(table.skipped)} skipped)")
     for s in table.skipped:
         print(f"  skipped {s.op}({s.signature}): {s.reason}", file=sys.stderr)
+    return 0
+
+
+def run_collectives(args: argparse.Namespace) -> int:
+    """``--collectives``: link fits on real ranks, written into ``--out``."""
+    from autostream.cost.calibrate_collectives import (
+        DEFAULT_SIZES,
+        DEVICE_OF_BACKEND,
+        calibrate_collectives,
+    )
+    from autostream.cost.table import CostTable
+
+    if args.model_spec:
+        raise ValueError("--collectives times collectives only; calibrate MODEL_SPECs separately")
+    kind = DEVICE_OF_BACKEND[args.backend]
+    if args.out.exists():
+        table = CostTable.load(args.out, expect_kind=kind)
+    elif kind == "cpu":
+        table = CostTable.from_profile()
+    else:
+        raise ValueError(f"{args.out} does not exist: link fits go into a {kind} table; write one "
+                         f"first with `autostream calibrate MODEL_SPEC --device {kind} --out "
+                         f"{args.out}` (or copy a shipped table)")
+    fits = calibrate_collectives(args.backend, args.nproc, sizes=args.sizes or DEFAULT_SIZES,
+                                 warmup=args.warmup, repeat=args.repeat,
+                                 progress=not args.no_progress, share=args.link_share)
+    table.with_links(fits).save(args.out)
+    print(f"wrote {args.out}: link fits on {args.backend} x{args.nproc}")
+    for f in fits:
+        print(f"  {f.collective:15s} alpha {f.alpha_us:8.1f} us  bus bandwidth "
+              f"{f.bandwidth / 1e9:7.3f} GB/s  share {f.share:.2f}  max error {f.max_error:.0%}")
     return 0

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch.fx
 
+from autostream.cost.collectives import TransferCost, estimate_transfer
 from autostream.cost.free import is_free_target
 from autostream.cost.profile import GENERIC_CPU
 from autostream.cost.signature import OpSignature, dtype_short, node_signature
@@ -130,6 +131,13 @@ class CostModel:
                 f"op signatures; table {self.table.source})")
 
     # -- estimates ---------------------------------------------------------------------
+    def transfer(self, collective: str, nbytes: int, backend: str | None = None,
+                 world_size: int | None = None) -> TransferCost:
+        """A collective's transfer time on its link (``cost.collectives``: the table's link
+        fits, else the profile's link figures), with its source and note."""
+        return estimate_transfer(self.table.links, self.profile, collective, nbytes, backend,
+                                 world_size, table=f"cost table {self.table.device['name']!r}")
+
     def estimate(self, node: torch.fx.Node) -> OpCost:
         """Cost of one FX node; never raises for odd nodes (they fall back to a roofline)."""
         if node.op != "call_function" or is_free_target(node.target):

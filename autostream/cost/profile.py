@@ -36,6 +36,9 @@ class DeviceProfile:
     eagerly (Dynamo's frame evaluation and guards, measured with its identity
     backend; 0 when not measured): every variant inside ``torch.compile`` pays it, so
     the planner never charges it, but a speed-up predicted over plain eager must.
+    ``link_bandwidth`` (bytes/s, bus bandwidth), ``link_latency_us`` and ``link_share``
+    are the interconnect's figures for collectives the table has no link fit for
+    (``cost.collectives``; 0: unknown).
     """
 
     name: str
@@ -50,6 +53,9 @@ class DeviceProfile:
     runtime_call_us: float = 0.0
     runtime_segment_us: float = 0.0
     compile_call_us: float = 0.0
+    link_bandwidth: float = 0.0
+    link_latency_us: float = 0.0
+    link_share: float = 0.0
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 

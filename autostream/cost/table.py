@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from autostream.comm.registry import KINDS as COLLECTIVES
+from autostream.cost.collectives import ORIGINS as LINK_ORIGINS
+from autostream.cost.collectives import LinkFit
 from autostream.cost.profile import GENERIC_CPU, KINDS, ORIGINS, DeviceProfile
 
 SCHEMA = "autostream.cost_table"
@@ -86,12 +89,14 @@ class Skipped:
 
 @dataclass(frozen=True)
 class CostTable:
-    """A device descriptor, its profile, measured entries and skipped ops."""
+    """A device descriptor, its profile, measured entries, skipped ops and link fits."""
 
     device: dict[str, Any]
     profile: DeviceProfile
     entries: tuple[Entry, ...] = ()
     skipped: tuple[Skipped, ...] = ()
+    #: alpha-beta fits of collectives (``cost.collectives``), optional in the file
+    links: tuple[LinkFit, ...] = ()
     source: str = field(default="<memory>", compare=False)
 
     # -- I/O -------------------------------------------------------------------------
@@ -99,6 +104,10 @@ class CostTable:
         prof = self.profile.to_json()
         for k in ("name", "kind", "origin", "notes", "extra"):
             prof.pop(k)
+        for k in ("link_bandwidth", "link_latency_us", "link_share"):
+            if not prof[k]:  # optional: tables without link figures stay as they were
+                prof.pop(k)
+        links = {"links": [_link_json(f) for f in sorted(self.links, key=lambda f: f.key)]}
         return {
             "schema": SCHEMA,
             "version": VERSION,
@@ -106,6 +115,7 @@ class CostTable:
             "profile": prof,
             "entries": [asdict(e) for e in sorted(self.entries, key=lambda e: e.key)],
             "skipped": [asdict(s) for s in sorted(self.skipped, key=lambda s: (s.op, s.signature))],
+            **(links if self.links else {}),
         }
 
     def digest(self) -> str:
@@ -183,6 +193,9 @@ class CostTable:
             runtime_segment_us=v.time(prof.get("runtime_segment_us", 0.0),
                                       "profile.runtime_segment_us"),
             compile_call_us=v.time(prof.get("compile_call_us", 0.0), "profile.compile_call_us"),
+            link_bandwidth=v.time(prof.get("link_bandwidth", 0.0), "profile.link_bandwidth"),
+            link_latency_us=v.time(prof.get("link_latency_us", 0.0), "profile.link_latency_us"),
+            link_share=v.unit(prof.get("link_share", 0.0), "profile.link_share"),
             notes=str(dev.get("notes", "")),
         )
         entries = []
@@ -220,8 +233,16 @@ class CostTable:
             skipped.append(Skipped(v.string(v.get(s, "op", f), f"{f}.op"),
                                    v.string(v.get(s, "signature", f), f"{f}.signature", empty=True),
                                    v.string(v.get(s, "reason", f), f"{f}.reason")))
+        links = tuple(_read_link(v, x, f"links[{i}]")
+                      for i, x in enumerate(v.sequence(data.get("links", []), "links")))
+        seen_links: dict[tuple[str, str, int], int] = {}
+        for i, fit in enumerate(links):
+            if fit.key in seen_links:
+                raise TableError(source, f"links[{i}]", f"duplicates links[{seen_links[fit.key]}] "
+                                 f"({fit.collective} on {fit.backend}, {fit.world_size} ranks)")
+            seen_links[fit.key] = i
         return cls(device=dict(dev), profile=profile, entries=tuple(entries),
-                   skipped=tuple(skipped), source=source)
+                   skipped=tuple(skipped), links=links, source=source)
 
     # -- combining -------------------------------------------------------------------
     def merged(self, newer: CostTable) -> CostTable:
@@ -244,8 +265,15 @@ class CostTable:
         models = set(self.device.get("models", ())) | set(newer.device.get("models", ()))
         if models:
             device["models"] = sorted(models)
+        links = {f.key: f for f in (*self.links, *newer.links)}
         return replace(newer, device=device, entries=tuple(entries.values()),
-                       skipped=tuple(skipped.values()))
+                       skipped=tuple(skipped.values()), links=tuple(links.values()))
+
+    def with_links(self, fits: Iterable[LinkFit]) -> CostTable:
+        """This table with ``fits`` added (a fit of the same collective, backend and world
+        size replaces the old one); entries, profile and device unchanged."""
+        links = {f.key: f for f in (*self.links, *fits)}
+        return replace(self, links=tuple(links.values()))
 
     @classmethod
     def from_profile(cls, profile: DeviceProfile = GENERIC_CPU, **device: Any) -> CostTable:
@@ -253,6 +281,32 @@ class CostTable:
         dev = {"name": profile.name, "kind": profile.kind, "origin": profile.origin,
                "notes": profile.notes, **device}
         return cls(device=dev, profile=profile)
+
+
+def _link_json(fit: LinkFit) -> dict[str, Any]:
+    out = asdict(fit)
+    out["sizes"] = list(fit.sizes)
+    return out
+
+
+def _read_link(v: _Validator, x: Any, f: str) -> LinkFit:
+    v.mapping(x, f)
+    sizes = v.sequence(x.get("sizes", [0, 0]), f"{f}.sizes")
+    if len(sizes) != 2:
+        raise v.fail(f"{f}.sizes", f"must be [smallest, largest] message bytes, got {sizes!r}")
+    return LinkFit(
+        collective=v.choice(v.get(x, "collective", f), f"{f}.collective", COLLECTIVES),
+        backend=v.string(v.get(x, "backend", f), f"{f}.backend"),
+        world_size=int(v.positive(v.get(x, "world_size", f), f"{f}.world_size")),
+        alpha_us=v.time(v.get(x, "alpha_us", f), f"{f}.alpha_us"),
+        bandwidth=v.positive(v.get(x, "bandwidth", f), f"{f}.bandwidth"),
+        share=v.unit(x.get("share", 0.0), f"{f}.share"),
+        origin=v.choice(x.get("origin", "measured"), f"{f}.origin", LINK_ORIGINS),
+        samples=int(v.time(x.get("samples", 0), f"{f}.samples")),
+        sizes=(int(v.time(sizes[0], f"{f}.sizes[0]")), int(v.time(sizes[1], f"{f}.sizes[1]"))),
+        max_error=v.time(x.get("max_error", 0.0), f"{f}.max_error"),
+        provenance=dict(v.mapping(x.get("provenance", {}), f"{f}.provenance")),
+    )
 
 
 class _Validator:
@@ -351,10 +405,11 @@ def median_table(tables: Sequence[CostTable]) -> CostTable:
     profile = replace(first.profile, peak_flops=peaks, **{
         f: med(getattr(p, f) for p in profiles)
         for f in ("bandwidth", "launch_overhead_us", "record_wait_us", "stream_switch_us",
-                  "runtime_op_us", "runtime_call_us", "runtime_segment_us", "compile_call_us")})
+                  "runtime_op_us", "runtime_call_us", "runtime_segment_us", "compile_call_us",
+                  "link_bandwidth", "link_latency_us", "link_share")})
     device = dict(first.device)
     device["settings"] = {**device.get("settings", {}), "runs": len(tables)}
     skipped = {(s.op, s.signature): s for t in tables for s in t.skipped
                if (s.op, s.signature) not in by_key}
     return CostTable(device=device, profile=profile, entries=tuple(entries),
-                     skipped=tuple(skipped.values()))
+                     skipped=tuple(skipped.values()), links=first.links)

@@ -57,7 +57,8 @@ def graph_dot(
              '  edge [color="#555555"];']
     need_output = any(s.consumer == JOIN for s in syncs)
     for stream, ops in sorted(schedule.stream_sequences().items()):
-        lines.append(f"  subgraph cluster_stream_{stream} {{")
+        cluster = f"cluster_stream_{stream}" if stream >= 0 else f"cluster_link_{-stream}"
+        lines.append(f"  subgraph {cluster} {{")
         lines.append(f"    label={_q(stream_name(stream))}; style=rounded; color=\"#999999\";")
         for n in ops:
             label = f"{n}\n{kind[n]} {problem.duration(n):.1f} us"

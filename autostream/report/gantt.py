@@ -47,7 +47,7 @@ def gantt_figure(
     tl = timeline or Timeline.from_schedule(schedule, syncs, problem.sync_latency_us)
     kind = op_kinds(problem, kinds)
     colours = kind_colours(kind)
-    lanes = sorted(set(tl.streams) | {0})
+    lanes = sorted(set(tl.streams) | {0}, key=lambda s: (s < 0, abs(s)))  # links last
     lane_y = {s: len(lanes) - 1 - i for i, s in enumerate(lanes)}  # main stream on top
     horizon = max(tl.makespan, tl.output, schedule.lower_bound, 1e-9)
 

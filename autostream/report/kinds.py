@@ -73,9 +73,12 @@ def kind_colours(kinds: Mapping[str, str], limit: int = len(PALETTE) - 1) -> dic
 
 
 def stream_name(stream: int) -> str:
-    """Display name of a stream: ``"main (0)"`` or TorchAir's ``"stream_k"``.
+    """Display name of a stream: ``"main (0)"``, TorchAir's ``"stream_k"``, or a
+    process group's link (a lane, negative numbers: ``problem.links``).
 
-    >>> stream_name(0), stream_name(2)
-    ('main (0)', 'stream_2')
+    >>> stream_name(0), stream_name(2), stream_name(-1)
+    ('main (0)', 'stream_2', 'link_1')
     """
+    if stream < 0:
+        return f"link_{-stream}"
     return "main (0)" if stream == 0 else f"stream_{stream}"

@@ -21,7 +21,9 @@ measured calls (``runtime.choice``) do not pay for the optimisation (measured: a
 run op by op): segments of fewer than ``min_ops`` ops, ops that may write their
 inputs (running them twice would apply the write twice) or keep program order (RNG,
 side effects), inputs or outputs that are not tensors, inputs recording autograd
-history, and anything ``torch.jit.trace`` refuses.  Later calls whose inputs differ in shape or dtype from the traced call's
+history, and anything ``torch.jit.trace`` refuses.  Communication (collectives,
+waits: ``autostream.comm``) is never part of a segment: it runs op by op, once per
+call, in the order the plan fixed (a trace would issue a collective again).  Later calls whose inputs differ in shape or dtype from the traced call's
 run op by op too (a trace may have fixed what the ops computed from them).
 """
 
@@ -38,6 +40,7 @@ import torch
 import torch.fx
 
 from autostream.call_effects import EFFECTS_KEY
+from autostream.comm import comm_op
 from autostream.graph import op_effects, target_name, writes_inputs_by_name
 from autostream.runtime.execute import Env, StreamRuntimeError, load, run_node
 from autostream.runtime.program import Step, StreamProgram
@@ -142,7 +145,7 @@ def split_segments(program: StreamProgram, stream: int, min_ops: int = MIN_SEGME
         run.clear()
 
     for step in program.streams[stream]:
-        if step.kind == "op":
+        if step.kind == "op" and comm_op(step.node) is None:
             run.append(step)
         else:
             close()

@@ -60,10 +60,12 @@ def schedule_from_assignment(
     """Predict the timeline of a stream assignment and wrap it as a ``Schedule``.
 
     Streams are renumbered by first appearance so that the first stream used is
-    stream 0 (the main stream). ``order`` defaults to the topological order.
+    stream 0 (the main stream). ``order`` defaults to the topological order.  Lane
+    tasks (``problem.pinned``) go to their lanes whatever ``stream_of`` says: a
+    solver that does not know lanes plans a transfer as if a stream waited for it.
     """
     order = tuple(order) if order is not None else problem.topo_order
-    stream_of = canonical_streams(stream_of, order)
+    stream_of = canonical_streams({**stream_of, **problem.pinned}, order)
     start, end = simulate(problem, stream_of, order)
     makespan = max(end.values(), default=0.0)
     return Schedule(
@@ -80,8 +82,11 @@ def schedule_from_assignment(
 
 
 def canonical_streams(stream_of: Mapping[str, int], order: tuple[str, ...]) -> dict[str, int]:
-    """Renumber streams 0..k-1 by the first op (in ``order``) that uses each."""
+    """Renumber streams 0..k-1 by the first op (in ``order``) that uses each; lanes
+    (negative numbers) keep theirs."""
     renumber: dict[int, int] = {}
     for n in order:
-        renumber.setdefault(stream_of[n], len(renumber))
+        s = stream_of[n]
+        if s not in renumber:
+            renumber[s] = s if s < 0 else sum(1 for k in renumber if k >= 0)
     return {n: renumber[stream_of[n]] for n in order}

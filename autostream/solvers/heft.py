@@ -5,6 +5,8 @@ with the expected sync latency on every edge); each goes to the stream where it
 finishes earliest, inserted into the earliest idle gap that fits (insertion
 policy).  The placement also respects the device capacity: an op with share
 ``r`` is only placed where the already placed concurrent ops leave ``r`` free.
+A lane task (a collective's transfer, ``problem.pinned``) goes to its link, a
+serial machine of its own beside the streams, with no sync latency on its edges.
 """
 
 from __future__ import annotations
@@ -131,33 +133,42 @@ class _Timeline:
             self.load.add(t, t + d, share)
 
 
+def _machine(problem: SchedulingProblem, stream: int) -> int:
+    """The timeline's machine of a stream; lane ``-(k + 1)`` is machine ``streams + k``."""
+    return stream if stream >= 0 else problem.streams - stream - 1
+
+
 def heft_placement(problem: SchedulingProblem) -> Placement:
     """Run HEFT and return its capacity-feasible placement (used as a CP-SAT hint)."""
     rank = upward_rank(problem)
     idx = problem.topo_index
     queue = sorted(problem.graph, key=lambda n: (-rank[n], idx[n]))
-    timeline = _Timeline(problem.streams, problem.capacity)
+    timeline = _Timeline(problem.streams + len(problem.links), problem.capacity)
     stream_of: dict[str, int] = {}
     start: dict[str, float] = {}
     end: dict[str, float] = {}
     lat = problem.sync_latency_us
+    pinned = problem.pinned
     for n in queue:
         d, share = problem.duration(n), problem.share(n)
         best: tuple[float, int, float] | None = None
         # Try used streams plus one fresh stream: all fresh streams are equivalent.
-        used = sorted(set(stream_of.values()))
+        used = sorted({s for s in stream_of.values() if s >= 0})
         candidates = used + ([len(used)] if len(used) < problem.streams else [])
+        if n in pinned:
+            candidates = [pinned[n]]
         for s in candidates:
             ready = max(
-                (end[p] + (lat if stream_of[p] != s else 0.0) for p in problem.graph.predecessors(n)),
+                (end[p] + (lat if stream_of[p] != s and min(stream_of[p], s) >= 0 else 0.0)
+                 for p in problem.graph.predecessors(n)),
                 default=0.0,
             )
-            t = timeline.earliest(s, ready, d, share)
+            t = timeline.earliest(_machine(problem, s), ready, d, share)
             if best is None or t + d < best[0] - _EPS:
                 best = (t + d, s, t)
         assert best is not None
         _, s, t = best
-        timeline.place(s, t, d, share)
+        timeline.place(_machine(problem, s), t, d, share)
         stream_of[n], start[n], end[n] = s, t, t + d
     return Placement(stream_of, start, end)
 

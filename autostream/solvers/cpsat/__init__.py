@@ -22,7 +22,12 @@
 
 Determinism (:mod:`.clock`): budgets count CP-SAT's deterministic time with fixed
 seeds, so the same problem and options give the same plan on every machine, unless
-the wall-clock safety cap cut a search (``stats.deterministic`` says so).  Plans
+the wall-clock safety cap cut a search (``stats.deterministic`` says so);
+``wall_clock=False`` drops the caps (graphs that communicate: every rank must plan
+alike).  Collectives' transfers (``problem.pinned``, tasks on a process group's
+link) are modelled as tasks on the stream that waits for them, serialised per link
+by the problem's edges; the returned plan puts them back on their links and the
+simulator re-times it (``docs/distributed.md``).  Plans
 are kept in a persistent cache keyed by the canonical problem and the options
 (:mod:`.cache`).  ``docs/cpsat.md`` has the design and its reasons.
 """

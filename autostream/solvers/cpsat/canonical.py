@@ -2,7 +2,8 @@
 
 Two problems with the same canonical form get the same plan (up to renaming): the
 ops in topological order (ties by program order), each with its duration, device
-share and the positions of its predecessors, plus the stream count, the sync
+share, the positions of its predecessors and its lane (a collective's transfer on a
+process group's link), plus the stream count, the sync
 latency and the capacity.  Identical layers of a model have identical forms: their
 ops come from the same code, with the same shapes, so the same costs.  The digest
 keys both the in-process reuse of pieces and the persistent plan cache.
@@ -28,7 +29,8 @@ def canonical_form(problem: SchedulingProblem) -> list:
     pos = problem.topo_index
     g = problem.graph
     ops = [
-        [problem.duration(v), problem.share(v), sorted(pos[u] for u in g.predecessors(v))]
+        [problem.duration(v), problem.share(v), sorted(pos[u] for u in g.predecessors(v)),
+         *([problem.lane(v)] if problem.lane(v) is not None else [])]  # a link's transfer
         for v in problem.topo_order
     ]
     return [problem.streams, problem.sync_latency_us, problem.capacity, ops]

@@ -13,6 +13,7 @@ size does not).  ``docs/cpsat.md`` says how these constants were chosen.
 
 from __future__ import annotations
 
+import math
 import time
 
 from ortools.sat.python import cp_model
@@ -34,11 +35,14 @@ MIN_WALL_S = 1.0
 
 def make_solver(budget: float, seed: int, workers: int, wall_left: float = float("inf"),
                 use_lp: bool = True) -> cp_model.CpSolver:
-    """A solver limited to ``budget`` seconds (deterministic clock), capped by ``wall_left``.
+    """A solver limited to ``budget`` seconds (deterministic clock), capped by ``wall_left``
+    (infinite: no wall-clock cap at all, the search is reproducible).
 
     ``use_lp=False`` turns CP-SAT's linear relaxation off (pure propagation and search).
 
-    >>> make_solver(0.001, 0, 8).parameters.max_time_in_seconds >= MIN_WALL_S
+    >>> make_solver(0.001, 0, 8, wall_left=5.0).parameters.max_time_in_seconds >= MIN_WALL_S
+    True
+    >>> make_solver(0.001, 0, 8).parameters.max_time_in_seconds > 1e300
     True
     """
     solver = cp_model.CpSolver()
@@ -52,7 +56,8 @@ def make_solver(budget: float, seed: int, workers: int, wall_left: float = float
     if not use_lp:
         p.linearization_level = 0
     p.max_deterministic_time = max(budget, 0.02) * DET_PER_SECOND
-    p.max_time_in_seconds = max(min(budget * WALL_FACTOR, wall_left), MIN_WALL_S)
+    if math.isfinite(wall_left):  # infinite: the deterministic clock alone (wall_clock=False)
+        p.max_time_in_seconds = max(min(budget * WALL_FACTOR, wall_left), MIN_WALL_S)
     return solver
 
 

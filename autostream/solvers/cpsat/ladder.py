@@ -151,8 +151,9 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
     ``warm``: a plan of ``problem`` to start from (it competes with HEFT's for the hint).
     """
     modes = contention_modes(problem, opts.contention)
-    own_bound = modes == (EXACT,) and core is problem
-    prove = not own_bound and _path_bound(core)
+    # with lanes the models plan a transfer on a stream (pessimistic): no proof from them
+    own_bound = modes == (EXACT,) and core is problem and not core.pinned
+    prove = not own_bound and _path_bound(core) and not core.pinned
     found = _Found({"single": single.solve(problem), "heft": heft.solve(problem)},
                    core.lower_bound())
     if warm is not None:

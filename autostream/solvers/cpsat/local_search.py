@@ -29,8 +29,8 @@ def improve(problem: SchedulingProblem, schedule: Schedule, evaluations: int) ->
     (8.0, 6.0)
     """
     best = schedule
-    groups = [g for g in task_groups(problem, collapse_chains=False)
-              if any(problem.duration(v) > 0 for v in g)]
+    groups = [g for g in task_groups(problem, collapse_chains=False)  # lanes stay pinned
+              if any(problem.duration(v) > 0 and v not in problem.pinned for v in g)]
     left = evaluations
     improved = True
     while improved and left > 0:

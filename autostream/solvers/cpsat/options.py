@@ -46,6 +46,10 @@ class CpsatOptions:
     decompose: bool = True
     #: look plans up in, and store them into, the persistent plan cache
     cache: bool = True
+    #: ``False``: no wall-clock caps, only the deterministic clock stops a search, so every
+    #: rank of a distributed run reaches the same plan (the planner asks for it on graphs
+    #: that communicate; a loaded machine may then overrun ``time_limit``)
+    wall_clock: bool = True
 
     def __post_init__(self) -> None:
         if self.time_limit is not None and (
@@ -80,7 +84,7 @@ class CpsatOptions:
         >>> CpsatOptions.from_options({"time_limt": 1.0})
         Traceback (most recent call last):
         ...
-        ValueError: solver 'cpsat' has no option 'time_limt'; allowed: cache, contention, decompose, portfolio, seed, sync_share, time_limit, window, workers
+        ValueError: solver 'cpsat' has no option 'time_limt'; allowed: cache, contention, decompose, portfolio, seed, sync_share, time_limit, wall_clock, window, workers
         """
         check_options("cpsat", options, OPTIONS)
         return cls(**options)  # type: ignore[arg-type]

@@ -224,7 +224,7 @@ def piece_key(problem: SchedulingProblem, piece: Piece) -> str:
     g = problem.graph
     form = [
         [problem.duration(v), problem.share(v), v in piece.loose,
-         sorted(pos[u] for u in g.predecessors(v) if u in pos)]
+         sorted(pos[u] for u in g.predecessors(v) if u in pos), problem.lane(v)]
         for v in piece.ops
     ]
     text = json.dumps([piece.head is not None, piece.tail is not None, form],

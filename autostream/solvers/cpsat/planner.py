@@ -7,6 +7,7 @@ quarter of a second to load).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 from autostream.problem import SchedulingProblem
@@ -41,8 +42,8 @@ def plan(problem: SchedulingProblem, opts: CpsatOptions, started: float) -> Sche
     seconds = opts.seconds(len(problem.graph))
     # a time_limit is the user's wall-clock limit too; the budget by size only a budget
     wall = seconds if opts.time_limit is not None else WALL_FACTOR * seconds
-    return _plan(problem, dataclasses.replace(opts, time_limit=seconds), started,
-                 _deadline(problem, wall, started))
+    deadline = _deadline(problem, wall, started) if opts.wall_clock else math.inf
+    return _plan(problem, dataclasses.replace(opts, time_limit=seconds), started, deadline)
 
 
 def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float,

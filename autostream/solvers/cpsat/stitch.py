@@ -66,6 +66,7 @@ def _renumber(piece: Piece, layout: PieceLayout, stream_of: dict[str, int],
     renumber = {layout.stream[0]: stream_of[piece.head]}
     spare = iter(s for s in range(streams) if s != stream_of[piece.head])
     for i in layout.order:
-        if layout.stream[i] not in renumber:
-            renumber[layout.stream[i]] = next(spare)
+        s = layout.stream[i]
+        if s not in renumber:  # lanes (negative) are pinned again by the caller
+            renumber[s] = s if s < 0 else next(spare)
     return renumber

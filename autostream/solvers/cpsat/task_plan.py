@@ -154,10 +154,14 @@ def _retimed(tg: TaskGraph, win: Window,
     order, at the earliest integer times the model allows."""
     position = {v: i for i, v in enumerate(plan.order)}
     first = {v: min(position[n] for n in tg.members[v]) for v in win.tasks}
+    own = {v: plan.stream_of[tg.members[v][0]] for v in win.tasks}
+    for v in win.tasks:  # a transfer (on a lane) waits on its launch's stream in the model
+        if own[v] < 0:
+            own[v] = next((own[u] for u in tg.preds[v] if u in own and own[u] >= 0), 0)
     renumber: dict[int, int] = {}  # streams by first use in task order (the model's symmetry)
     for v in win.tasks:
-        renumber.setdefault(plan.stream_of[tg.members[v][0]], len(renumber))
-    stream = {v: renumber[plan.stream_of[tg.members[v][0]]] for v in win.tasks}
+        renumber.setdefault(own[v], len(renumber))
+    stream = {v: renumber[own[v]] for v in win.tasks}
     return stream, retime(tg, win, stream, _topological_rank(tg, first))
 
 

@@ -1,0 +1,113 @@
+"""Run a function on N real ranks (``torch.multiprocessing`` spawn), bounded in time.
+
+Each rank joins a fresh process group (a free TCP port per run) on the given
+backend, runs ``fn(rank, world_size, *args)`` and sends back its result.  A run
+that does not finish within ``timeout_s`` (a hang: collectives issued in different
+orders on NCCL/HCCL, or a deadlock) is killed and reported as :class:`RanksFailed`,
+as is a rank that raises (its traceback is in the message).
+
+``fn`` must be importable by the child processes (a module-level function).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+class RanksFailed(RuntimeError):
+    """A multi-process run that raised, died or did not finish in time."""
+
+
+def free_port() -> int:
+    """A TCP port free right now on localhost."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world_size: int, port: int, backend: str, threads: int,
+               fn: Callable[..., Any], args: Sequence[Any], results, timeout_s: float) -> None:
+    import faulthandler
+
+    import torch
+    import torch.distributed as dist
+
+    # a rank still running just before the parent kills it prints where it is stuck
+    faulthandler.dump_traceback_later(max(timeout_s - 5.0, 1.0), exit=False)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        torch.set_num_threads(threads)
+        dist.init_process_group(backend, rank=rank, world_size=world_size)
+        try:
+            results.put((rank, True, fn(rank, world_size, *args)))
+        finally:
+            dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        results.put((rank, False, traceback.format_exc()))
+
+
+def run_ranks(fn: Callable[..., Any], world_size: int = 2, args: Sequence[Any] = (),
+              backend: str = "gloo", timeout_s: float = 300.0, threads: int = 1) -> list[Any]:
+    """``fn(rank, world_size, *args)`` on every rank; the results by rank.
+
+    Raises :class:`RanksFailed` when a rank raises, dies or the run outlives
+    ``timeout_s`` (every rank is then killed).  ``threads``: intra-op threads per rank.
+    """
+    import torch.multiprocessing as mp
+
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_rank_main, daemon=True,
+                         args=(r, world_size, port, backend, threads, fn, tuple(args), results,
+                               timeout_s))
+             for r in range(world_size)]
+    for p in procs:
+        p.start()
+    got: dict[int, Any] = {}
+    errors: list[str] = []
+    try:
+        _collect(results, got, errors, world_size, timeout_s, procs)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+            p.join(5.0)
+    if errors:
+        raise RanksFailed("\n".join(errors))
+    return [got[r] for r in range(world_size)]
+
+
+def _collect(results, got: dict[int, Any], errors: list[str], world_size: int,
+             timeout_s: float, procs) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while len(got) + len(errors) < world_size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            missing = sorted(set(range(world_size)) - set(got))
+            errors.append(f"ranks {missing} did not finish within {timeout_s:g} s "
+                          "(a hang: collectives in different orders, or a deadlock); killed")
+            return
+        try:
+            rank, ok, value = results.get(timeout=min(left, 1.0))
+        except queue.Empty:
+            dead = [i for i, p in enumerate(procs) if not p.is_alive() and p.exitcode not in (0, None)
+                    and i not in got]
+            if dead:
+                errors.append(f"ranks {dead} died (exit codes "
+                              f"{[procs[i].exitcode for i in dead]})")
+                return
+            continue
+        if ok:
+            got[rank] = value
+        else:
+            errors.append(f"rank {rank} raised:\n{value}")

@@ -1,0 +1,273 @@
+"""Distributed models: tensor-, expert- and fully-sharded-parallel blocks with real collectives.
+
+Build them on every rank after ``torch.distributed.init_process_group``; each
+function returns ``(model, make_inputs)`` where ``make_inputs(step)`` gives the
+rank's inputs of one call (seeded by step and rank, so every rank and every run
+sees the same data).  The collectives are ``torch.distributed._functional_collectives``
+(traced by Dynamo into ``_c10d_functional`` ops), on the default group.
+
+- :func:`tensor_parallel_mlp`: a parallel-residual block, ``x + AR(mlp_a(x)) +
+  AR(mlp_b(x))``, each MLP column-parallel up and row-parallel down (Megatron):
+  two independent all-reduces, the hazard of issue 14.
+- :func:`expert_parallel_moe`: one expert per rank; tokens dispatched and combined
+  with ``all_to_all_single`` (equal splits, router-weighted), beside a
+  tensor-parallel shared expert ending in an all-reduce.
+- :func:`fsdp_block`: layers whose weights are sharded across ranks, gathered with
+  ``all_gather`` before use (the next layer's gather is independent of this layer's
+  compute), and the output reduce-scattered.
+- :func:`overlap_probe`: one all-reduce beside an independent chain of matmuls of
+  about the same time: the case where overlap pays most.
+- :func:`two_allreduces`: issue 14's report, two independent all-reduces and
+  independent compute.
+
+``overlap_by_hand(model, inputs)`` runs each model with its collectives launched
+asynchronously (``async_op=True``) before the compute they can hide behind: the
+hand-written ceiling the experiment compares autostream with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as ft_c
+from torch import nn
+
+Inputs = Callable[[int], tuple[torch.Tensor, ...]]
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _param(*shape: int, gen: torch.Generator, scale: float | None = None) -> nn.Parameter:
+    scale = shape[0] ** -0.5 if scale is None else scale
+    return nn.Parameter(torch.randn(*shape, generator=gen) * scale, requires_grad=False)
+
+
+def _group():
+    return dist.group.WORLD
+
+
+class ShardedMLP(nn.Module):
+    """Column-parallel up, GELU, row-parallel down: the rank's partial sum of an MLP."""
+
+    def __init__(self, hidden: int, inner: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.up = _param(hidden, inner, gen=gen)
+        self.down = _param(inner, hidden, gen=gen)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x @ self.up) @ self.down
+
+
+class TensorParallelBlock(nn.Module):
+    """``x + AR(mlp_a(x)) + AR(mlp_b(x))`` (parallel residual), ``layers`` times; ``mlp_b``
+    is narrower (an attention-sized branch beside the MLP), so its all-reduce is ready
+    first although it comes second in program order."""
+
+    def __init__(self, hidden: int, inner: int, layers: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.pairs = nn.ModuleList(
+            nn.ModuleList([ShardedMLP(hidden, inner, gen), ShardedMLP(hidden, inner // 8, gen)])
+            for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for a, b in self.pairs:
+            ra = ft_c.all_reduce(a(x), "sum", _group())
+            rb = ft_c.all_reduce(b(x), "sum", _group())
+            x = x + ra + rb
+        return x
+
+    def overlapped(self, x: torch.Tensor) -> torch.Tensor:
+        for a, b in self.pairs:
+            pa = a(x)
+            wa = dist.all_reduce(pa, async_op=True)
+            pb = b(x)  # hides pa's all-reduce
+            wb = dist.all_reduce(pb, async_op=True)
+            wa.wait()
+            wb.wait()
+            x = x + pa + pb
+        return x
+
+
+def tensor_parallel_mlp(rank: int, world: int, tokens: int = 8, hidden: int = 64,
+                        inner: int = 512, layers: int = 1) -> tuple[nn.Module, Inputs]:
+    """Megatron-style block on ``world`` ranks: each holds ``inner / world`` of both MLPs."""
+    model = TensorParallelBlock(hidden, inner // world, layers, _gen(1000 + rank)).eval()
+    return model, lambda step: (torch.randn(tokens, hidden, generator=_gen(step)),)
+
+
+class ExpertParallelMoE(nn.Module):
+    """One expert per rank; a tensor-parallel shared expert beside the routed ones."""
+
+    def __init__(self, hidden: int, inner: int, world: int, gen: torch.Generator,
+                 router_gen: torch.Generator) -> None:
+        super().__init__()
+        self.world = world
+        self.router = _param(hidden, world, gen=router_gen)  # the same on every rank
+        self.expert = ShardedMLP(hidden, inner, gen)
+        self.shared = ShardedMLP(hidden, inner // world, gen)
+
+    def _dispatch_buffer(self, x: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(x @ self.router, dim=-1)  # [T, world]
+        return (probs.t().unsqueeze(-1) * x.unsqueeze(0)).reshape(-1, x.shape[-1])
+
+    def _combine(self, back: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return back.reshape(self.world, *x.shape).sum(0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        sent = ft_c.all_to_all_single(self._dispatch_buffer(x), None, None, _group())
+        back = ft_c.all_to_all_single(self.expert(sent), None, None, _group())
+        shared = ft_c.all_reduce(self.shared(x), "sum", _group())
+        return x + self._combine(back, x) + shared
+
+    def overlapped(self, x: torch.Tensor) -> torch.Tensor:
+        buf = self._dispatch_buffer(x)
+        sent = torch.empty_like(buf)
+        w1 = dist.all_to_all_single(sent, buf, async_op=True)
+        shared = self.shared(x)  # hides the dispatch
+        w2 = dist.all_reduce(shared, async_op=True)
+        w1.wait()
+        out = self.expert(sent)
+        back = torch.empty_like(out)
+        w3 = dist.all_to_all_single(back, out, async_op=True)
+        w2.wait()
+        w3.wait()
+        return x + self._combine(back, x) + shared
+
+
+def expert_parallel_moe(rank: int, world: int, tokens: int = 8, hidden: int = 64,
+                        inner: int = 128) -> tuple[nn.Module, Inputs]:
+    """Expert parallelism with a shared expert (the overlap Ascend deployments hand-tag)."""
+    model = ExpertParallelMoE(hidden, inner, world, _gen(2000 + rank), _gen(7)).eval()
+    return model, lambda step: (torch.randn(tokens, hidden, generator=_gen(10 * step + rank)),)
+
+
+class FSDPBlock(nn.Module):
+    """Layers with row-sharded weights: all-gather, matmul, tanh; reduce-scatter at the end."""
+
+    def __init__(self, hidden: int, layers: int, world: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.world = world
+        self.shards = nn.ParameterList(_param(hidden // world, hidden, gen=gen, scale=hidden ** -0.5)
+                                       for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for shard in self.shards:
+            weight = ft_c.all_gather_single(shard, 0, _group())
+            x = torch.tanh(x @ weight)
+        return ft_c.reduce_scatter_single(x, "sum", 0, _group())
+
+    def overlapped(self, x: torch.Tensor) -> torch.Tensor:
+        def gather(shard: torch.Tensor):
+            full = shard.new_empty(shard.shape[0] * self.world, *shard.shape[1:])
+            return full, dist.all_gather_into_tensor(full, shard, async_op=True)
+
+        pending = gather(self.shards[0])
+        for i in range(len(self.shards)):
+            weight, work = pending
+            if i + 1 < len(self.shards):  # prefetch: hides behind this layer's matmul
+                pending = gather(self.shards[i + 1])
+            work.wait()
+            x = torch.tanh(x @ weight)
+        out = x.new_empty(x.shape[0] // self.world, *x.shape[1:])
+        dist.reduce_scatter_tensor(out, x)
+        return out
+
+
+def fsdp_block(rank: int, world: int, tokens: int = 8, hidden: int = 64,
+               layers: int = 3) -> tuple[nn.Module, Inputs]:
+    """FSDP-style: the next layer's gather is independent of this layer's compute."""
+    model = FSDPBlock(hidden, layers, world, _gen(3000 + rank)).eval()
+    return model, lambda step: (torch.randn(tokens, hidden, generator=_gen(10 * step + rank)),)
+
+
+class OverlapProbe(nn.Module):
+    """``(all_reduce(a), chain(b))``: a transfer and an independent compute chain."""
+
+    def __init__(self, width: int, depth: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.weights = nn.ParameterList(_param(width, width, gen=gen) for _ in range(depth))
+
+    def _chain(self, b: torch.Tensor) -> torch.Tensor:
+        for w in self.weights:
+            b = torch.tanh(b @ w)
+        return b
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        reduced = ft_c.all_reduce(a, "sum", _group())
+        return reduced * 0.5, self._chain(b)
+
+    def overlapped(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = a.clone()
+        work = dist.all_reduce(a, async_op=True)
+        out = self._chain(b)
+        work.wait()
+        return a * 0.5, out
+
+
+def overlap_probe(rank: int, world: int, elements: int = 1 << 20, rows: int = 64,
+                  width: int = 512, depth: int = 2) -> tuple[nn.Module, Inputs]:
+    """An all-reduce of ``elements`` floats beside ``depth`` matmuls ``rows x width x width``."""
+    model = OverlapProbe(width, depth, _gen(4000)).eval()
+    return model, lambda step: (torch.randn(elements, generator=_gen(10 * step + rank)),
+                                torch.randn(rows, width, generator=_gen(10 * step + rank + 5)))
+
+
+class TwoAllReduces(nn.Module):
+    """Issue 14's report: two independent all-reduces (the first behind a matmul chain, the
+    second of a cheap op) and independent compute."""
+
+    def __init__(self, width: int, gen: torch.Generator) -> None:
+        super().__init__()
+        self.w = _param(width, width, gen=gen)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor):
+        h = a
+        for _ in range(3):
+            h = torch.tanh(h @ self.w)
+        x = ft_c.all_reduce(h, "sum", _group())
+        y = ft_c.all_reduce(torch.sigmoid(b), "sum", _group())
+        z = c
+        for _ in range(4):
+            z = torch.tanh(z @ self.w)
+        return x + 1, y * 3, z
+
+    def overlapped(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor):
+        h = a
+        for _ in range(3):
+            h = torch.tanh(h @ self.w)
+        wx = dist.all_reduce(h, async_op=True)
+        y = torch.sigmoid(b)
+        wy = dist.all_reduce(y, async_op=True)
+        z = c
+        for _ in range(4):
+            z = torch.tanh(z @ self.w)
+        wx.wait()
+        wy.wait()
+        return h + 1, y * 3, z
+
+
+def two_allreduces(rank: int, world: int, rows: int = 32, width: int = 64
+                   ) -> tuple[nn.Module, Inputs]:
+    """Two independent all-reduces beside independent compute (the reported race)."""
+    model = TwoAllReduces(width, _gen(5000)).eval()
+    return model, lambda step: tuple(torch.randn(rows, width, generator=_gen(10 * step + k + rank))
+                                     for k in range(3))
+
+
+#: name -> builder ``(rank, world, **sizes) -> (model, make_inputs)``
+PARALLEL_ZOO: dict[str, Callable[..., tuple[nn.Module, Inputs]]] = {
+    "tp_mlp": tensor_parallel_mlp,
+    "ep_moe": expert_parallel_moe,
+    "fsdp": fsdp_block,
+    "probe": overlap_probe,
+    "two_allreduces": two_allreduces,
+}
+
+
+def overlap_by_hand(model: nn.Module, inputs: tuple[torch.Tensor, ...]):
+    """The model's hand-written overlap: its collectives launched async early."""
+    return model.overlapped(*inputs)

@@ -1,0 +1,208 @@
+"""Distributed graphs on real ranks: autostream against the hand-written overlap (issue 14).
+
+For each model of ``autostream.zoo_parallel`` (2 ranks on gloo here; NCCL with
+``--backend nccl`` on GPUs), four variants run side by side in one run, in
+alternating rounds, every rank calling the same variant at the same time (a barrier
+before each timed call; a call's time is its slowest rank's):
+
+- ``eager``: the module as written; functional collectives wait lazily, on first use;
+- ``single``: ``torch.compile`` with Dynamo's eager backend: one stream, each
+  collective's wait right after its launch (as Dynamo traces it);
+- ``autostream``: ``autostream.backend(max_streams=2)``, the plan applied as planned
+  (``measure=0``);
+- ``chosen``: the same backend as users get it (``measure=3``): plan or single-stream
+  graph, timed on the first calls and decided once for all ranks (slowest rank);
+- ``ceiling``: the hand-written overlap: the collectives launched with
+  ``async_op=True`` before the compute they can hide behind (``model.overlapped``).
+
+Speed-ups are over ``single``; ``of ceiling`` is autostream's gain as a share of the
+ceiling's (``(x_auto - 1) / (x_ceiling - 1)``, shown where the ceiling gains at
+least 5%).  ``predicted`` is the planner's speed-up over one stream and its
+predicted time against the measured one.  Every call of every variant is compared
+with eager; ``wrong`` counts the calls that differ (on any rank).
+
+    python experiments/distributed.py
+    python experiments/distributed.py --models probe --runs 40
+    python experiments/distributed.py --backend nccl --cost-table h200
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autostream.comm.spawn import run_ranks  # noqa: E402
+
+VARIANTS = ("eager", "single", "autostream", "chosen", "ceiling")
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    ms: dict[str, float]  # variant -> median ms (slowest rank per call)
+    wrong: int
+    predicted_speedup: float
+    predicted_ms: float
+    plan: str
+
+    def speedup(self, variant: str) -> float:
+        return self.ms["single"] / self.ms[variant]
+
+    @property
+    def share_of_ceiling(self) -> float | None:
+        gain = self.speedup("ceiling") - 1.0
+        return (self.speedup("autostream") - 1.0) / gain if gain >= 0.05 else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    a = a if isinstance(a, tuple) else (a,)
+    b = b if isinstance(b, tuple) else (b,)
+    return all(torch.allclose(x, y, rtol=1e-4, atol=1e-5) for x, y in zip(a, b, strict=True))
+
+
+def _to(values: tuple, device) -> tuple:
+    return tuple(v.to(device) for v in values)
+
+
+def _variants(model, backend_options: dict):
+    import torch
+
+    import autostream
+
+    torch._dynamo.reset()
+    planned = autostream.backend(max_streams=2, measure=0, **backend_options)
+    chosen = autostream.backend(max_streams=2, measure=3, **backend_options)
+    return {
+        "eager": model,
+        "single": torch.compile(model, backend="eager"),
+        "autostream": torch.compile(model, backend=planned),
+        "chosen": torch.compile(model, backend=chosen),
+        "ceiling": model.overlapped,
+    }, planned
+
+
+def _prediction(planned) -> tuple[float, float, str]:
+    """(predicted speed-up, predicted ms, what ran) of the last graph the backend planned."""
+    report = next((r for r in reversed(planned.autostream_pass.reports) if r.plan), None)
+    if report is None:
+        return 1.0, float("nan"), "no graph"
+    plan = report.plan
+    lifted = planned.lifts[-1] if planned.lifts else None
+    if report.applied and lifted is not None and not isinstance(lifted, Exception):
+        return lifted.predicted_speedup, lifted.predicted_us / 1e3, "lifted plan"
+    if report.applied:
+        return plan.predicted_speedup, plan.predicted_us / 1e3, "ATen plan"
+    return 1.0, plan.single_stream_us / 1e3, "one stream: " + report.reason[:60]
+
+
+def _rank(rank: int, world: int, names: list[str], runs: int, warmup: int, device_kind: str,
+          backend_options: dict) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from autostream.zoo_parallel import PARALLEL_ZOO
+
+    device = torch.device(device_kind, rank) if device_kind != "cpu" else torch.device("cpu")
+    out = {}
+    for name in names:
+        model, make_inputs = PARALLEL_ZOO[name](rank, world)
+        model = model.to(device)
+        variants, planned = _variants(model, backend_options)
+        times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        wrong = 0
+        with torch.no_grad():
+            for step in range(warmup + runs):
+                inputs = _to(make_inputs(step), device)
+                reference = model(*inputs)
+                order = VARIANTS if step % 2 == 0 else VARIANTS[::-1]
+                for v in order:
+                    dist.barrier()
+                    if device.type != "cpu":
+                        torch.accelerator.synchronize(device)
+                    t0 = time.perf_counter()
+                    got = variants[v](*inputs)
+                    if device.type != "cpu":
+                        torch.accelerator.synchronize(device)
+                    elapsed = time.perf_counter() - t0
+                    wrong += not _same(got, reference)
+                    if step >= warmup:
+                        times[v].append(elapsed)
+        out[name] = {"times": times, "wrong": wrong, "prediction": _prediction(planned)}
+    return out
+
+
+def run(names: list[str], runs: int, warmup: int, backend: str, nproc: int,
+        cost_table: str, time_limit: float, timeout_s: float = 1800.0) -> list[Row]:
+    device = {"gloo": "cpu", "nccl": "cuda", "hccl": "npu"}[backend]
+    per_rank = run_ranks(_rank, nproc, args=(names, runs, warmup, device,
+                                            {"cost_table": cost_table, "time_limit": time_limit}),
+                         backend=backend, timeout_s=timeout_s)
+    return rows_from_ranks(names, per_rank, runs)
+
+
+def rows_from_ranks(names: list[str], per_rank: list[dict], runs: int) -> list[Row]:
+    """One row per model: each call's slowest rank, medians over the runs."""
+    rows = []
+    for name in names:
+        ranks = [r[name] for r in per_rank]
+        ms = {v: 1e3 * statistics.median(max(r["times"][v][i] for r in ranks)
+                                         for i in range(runs)) for v in VARIANTS}
+        speedup, predicted_ms, what = ranks[0]["prediction"]
+        rows.append(Row(name, ms, sum(r["wrong"] for r in ranks), speedup, predicted_ms, what))
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    head = ("| model | eager ms | single ms | autostream ms | chosen ms | ceiling ms | "
+            "autostream x | chosen x | ceiling x | of ceiling | predicted x | "
+            "predicted / measured ms | wrong | plan |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+    lines = []
+    for r in rows:
+        share = f"{r.share_of_ceiling:.0%}" if r.share_of_ceiling is not None else "-"
+        lines.append(
+            f"| {r.model} | {r.ms['eager']:.2f} | {r.ms['single']:.2f} | {r.ms['autostream']:.2f}"
+            f" | {r.ms['chosen']:.2f} | {r.ms['ceiling']:.2f} | {r.speedup('autostream'):.2f}x | "
+            f"{r.speedup('chosen'):.2f}x | {r.speedup('ceiling'):.2f}x | {share} | "
+            f"{r.predicted_speedup:.2f}x | "
+            f"{r.predicted_ms:.2f} / {r.ms['autostream']:.2f} | {r.wrong} | {r.plan} |")
+    return head + "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="probe,two_allreduces,tp_mlp,ep_moe,fsdp")
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl", "hccl"))
+    parser.add_argument("--nproc", type=int, default=2)
+    parser.add_argument("--cost-table", default=None,
+                        help="default: cpu on gloo, h200 on nccl, ascend910b on hccl")
+    parser.add_argument("--time-limit", type=float, default=2.0)
+    parser.add_argument("--timeout", type=float, default=1800.0,
+                        help="seconds before a hung run is killed (default 1800)")
+    parser.add_argument("--quick", action="store_true", help="8 runs, 2 warm-up")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.warmup = 8, 2
+    cost_table = args.cost_table or {"gloo": "cpu", "nccl": "h200", "hccl": "ascend910b"}[
+        args.backend]
+    rows = run(args.models.split(","), args.runs, args.warmup, args.backend, args.nproc,
+               cost_table, args.time_limit, args.timeout)
+    print(f"{args.nproc} ranks on {args.backend}, cost table {cost_table}, median of {args.runs} "
+          f"rounds (each call's slowest rank); speed-ups over `single`.\n")
+    print(table(rows))
+    return 0 if all(r.wrong == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
