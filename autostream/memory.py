@@ -11,7 +11,7 @@ storages live at each moment:
    after its last read on its own stream, or, for a storage another stream reads,
    when its allocating stream has waited for every read (the join at the latest),
    :mod:`autostream.lifetimes`; the graph's outputs are never dropped;
-3. times come from a :class:`~autostream.simulate.Timeline` of the plan (the
+3. times come from a :class:`~autostream.timeline.Timeline` of the plan (the
    planner's simulated one, so concurrent ops overlap their storages), or, for
    the accelerator runtime whose allocator counts at launch, the launch order
    (:func:`launch_timeline`).  Ties at one instant follow the launch order, a
@@ -46,7 +46,7 @@ import torch.fx
 from autostream.cost.signature import symint_hint
 from autostream.lifetimes import LaunchStep, alias_groups, fake_storages, plan_steps, release_points
 from autostream.schedule import JOIN, Schedule, Sync
-from autostream.simulate import OpSpan, Timeline
+from autostream.timeline import OpSpan, Timeline
 
 __all__ = ["GraphMemory", "MemoryProfile", "StorageLife", "allocation_timeline", "launch_timeline",
            "predict_memory"]

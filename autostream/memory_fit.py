@@ -42,9 +42,10 @@ from autostream.memory import (
 from autostream.memory_cap import capped_replay
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule, Sync
-from autostream.simulate import Timeline, simulate_plan
+from autostream.simulate import simulate_plan
 from autostream.solvers import get_solver
 from autostream.sync import compute_syncs
+from autostream.timeline import Timeline
 
 __all__ = ["Candidate", "FitInputs", "PlanMemory", "RuntimeCosts", "evaluate", "fit_plan"]
 

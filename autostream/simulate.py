@@ -1,10 +1,25 @@
-"""Replay a plan (schedule + syncs) on a modelled device and return its ``Timeline``.
+"""Predict when every op of a plan runs on a modelled device.
 
-``simulate_plan`` is the independent check of a planner's prediction.  It uses the
-same device model as :func:`autostream.timeline.simulate` (per-stream in-order
-execution, processor-sharing contention: while the running ops' shares sum to
-``S > capacity`` each op with a non-zero share progresses at ``capacity / S``),
-and adds what the plan itself fixes:
+**The device model** (:func:`simulate`, :func:`run_events`).
+Given which stream each op runs on and the launch order, every stream runs its ops
+in order; an op starts when the previous op on its stream has ended and each of
+its producers has ended (plus the sync latency when the producer ran on another
+stream).  Concurrent ops share the device: while the shares of the running ops sum
+to ``S > capacity``, each op with a non-zero share progresses at rate
+``capacity / S`` (processor sharing).  Zero-share ops never slow down.
+
+A solver that models contention as a blocking resource (``cpsat``, ``heft``)
+delays an op instead of slowing it; for a work-conserving device both give the
+same makespan whenever the solver's plan never exceeds the capacity, which is
+what the planners guarantee.
+
+Lanes (``problem.pinned``, negative stream numbers) are serial queues like
+streams, run beside them: a collective's transfer starts on its link once its
+launch has ended and the transfers before it on the link are done.  Edges to or
+from a lane task pay no sync latency (the collective's own machinery orders them).
+
+**A whole plan** (:func:`simulate_plan`), the independent check of a planner's
+prediction: the same device model, plus what the plan itself fixes:
 
 - **syncs**: when ``syncs`` is given, cross-stream ordering comes *only* from them:
   the consumer's stream waits until ``producer end + sync_latency_us``.  Every data
@@ -29,7 +44,7 @@ Modelling difference with ``cpsat``: inside its model CP-SAT treats the capacity
 a blocking resource (an op waits until its share is free, with integer time units)
 where this simulator slows concurrent ops down instead.  CP-SAT's times only pick
 the stream assignment and the launch order: the ``Schedule`` it returns is re-timed
-by :func:`autostream.timeline.simulate` (``schedule_from_assignment``), so its
+by :func:`simulate` (``schedule_from_assignment``), so its
 ``makespan`` and this replay agree exactly, like every other solver's; only the
 model's own objective value (its integer makespan) can differ.  A schedule built
 by hand with other times can be drawn as planned with ``Timeline.from_schedule``.
@@ -38,99 +53,135 @@ by hand with other times can be drawn as planned with ``Timeline.from_schedule``
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import JOIN, Schedule, Sync
-from autostream.timeline import crosses_streams, run_events
+from autostream.timeline import OpSpan, Timeline, output_time, sync_events
+
+__all__ = ["cross_stream_syncs", "crosses_streams", "run_events", "segment_leaders", "simulate",
+           "simulate_plan"]
+
+_EPS = 1e-9
 
 
-@dataclass(frozen=True)
-class OpSpan:
-    """One op's interval on one stream, in microseconds."""
-
-    op: str
-    stream: int
-    start: float
-    end: float
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
+Gate = tuple[str, float]
 
 
-@dataclass(frozen=True)
-class SyncEvent:
-    """A record/wait pair on the timeline: the event is recorded when ``producer``
-    ends (``record``); the consumer's stream may proceed from ``ready`` on.
+def simulate(
+    problem: SchedulingProblem,
+    stream_of: Mapping[str, int],
+    order: Sequence[str],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Predict ``(start, end)`` of every op for the given assignment and launch order.
 
-    ``consumer == JOIN`` is the join of a side stream before the graph's output.
+    >>> import networkx as nx
+    >>> g = nx.DiGraph()
+    >>> g.add_node("a", duration=4.0, share=1.0)
+    >>> g.add_node("b", duration=4.0, share=1.0)
+    >>> p = SchedulingProblem(g, streams=2)
+    >>> start, end = simulate(p, {"a": 0, "b": 1}, ["a", "b"])
+    >>> end["a"], end["b"]
+    (8.0, 8.0)
     """
+    g = problem.graph
+    position = {n: i for i, n in enumerate(order)}
+    for u, v in g.edges:
+        if position[u] > position[v]:
+            raise ValueError(f"launch order puts {v!r} before its producer {u!r}")
+    lat = problem.sync_latency_us
+    gates = {n: [(p, lat if crosses_streams(stream_of, p, n) else 0.0) for p in g.predecessors(n)]
+             for n in order}
+    return run_events(problem, stream_of, order, gates, dict.fromkeys(order, 0.0))
 
-    producer: str
-    consumer: str
-    producer_stream: int
-    consumer_stream: int
-    record: float
-    ready: float
 
+def crosses_streams(stream_of: Mapping[str, int], u: str, v: str) -> bool:
+    """Whether the edge ``u -> v`` joins two different streams (a sync); lanes never do.
 
-@dataclass(frozen=True)
-class Timeline:
-    """Per-op start/end/stream, the makespan and the sync events of one run of a plan.
-
-    >>> t = Timeline.from_spans({"a": (0, 0.0, 2.0), "b": (1, 0.0, 3.0)})
-    >>> t.makespan, t.streams
-    (3.0, (0, 1))
+    >>> crosses_streams({"a": 0, "b": 1, "t": -1}, "a", "b"), crosses_streams({"a": 0, "t": -1}, "a", "t")
+    (True, False)
     """
+    su, sv = stream_of[u], stream_of[v]
+    return su != sv and su >= 0 and sv >= 0
 
-    spans: Mapping[str, OpSpan]
-    makespan: float
-    syncs: tuple[SyncEvent, ...] = ()
-    output: float = 0.0
-    label: str = "predicted"
-    stats: Mapping[str, float] = field(default_factory=dict)
 
-    @property
-    def streams(self) -> tuple[int, ...]:
-        return tuple(sorted({s.stream for s in self.spans.values()}))
+def run_events(
+    problem: SchedulingProblem,
+    stream_of: Mapping[str, int],
+    order: Sequence[str],
+    gates: Mapping[str, Sequence[Gate]],
+    release: Mapping[str, float],
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The event loop: op ``n`` starts once its stream is free, ``release[n]`` has passed
+    and every gate ``(p, delay)`` has ``end[p] + delay`` passed; contention slows ops."""
+    queues: dict[int, list[str]] = {}
+    for n in order:
+        queues.setdefault(stream_of[n], []).append(n)
+    head = dict.fromkeys(queues, 0)
+    stream_free = dict.fromkeys(queues, 0.0)
+    start: dict[str, float] = {}
+    end: dict[str, float] = {}
+    remaining: dict[str, float] = {}
+    running: set[str] = set()
+    now = 0.0
 
-    @property
-    def start(self) -> dict[str, float]:
-        return {n: s.start for n, s in self.spans.items()}
+    def ready_time(n: str) -> float | None:
+        t = max(stream_free[stream_of[n]], release[n])
+        for p, delay in gates[n]:
+            if p not in end:
+                return None
+            t = max(t, end[p] + delay)
+        return t
 
-    @property
-    def end(self) -> dict[str, float]:
-        return {n: s.end for n, s in self.spans.items()}
-
-    @classmethod
-    def from_spans(
-        cls,
-        spans: Mapping[str, tuple[int, float, float]],
-        label: str = "measured",
-        syncs: tuple[SyncEvent, ...] = (),
-    ) -> Timeline:
-        """Build a timeline from ``op -> (stream, start_us, end_us)`` (e.g. a measured run)."""
-        ops = {n: OpSpan(n, int(s), float(a), float(b)) for n, (s, a, b) in spans.items()}
-        makespan = max((s.end for s in ops.values()), default=0.0)
-        return cls(ops, makespan, syncs, makespan, label)
-
-    @classmethod
-    def from_schedule(
-        cls,
-        schedule: Schedule,
-        syncs: Iterable[Sync] | None = None,
-        sync_latency_us: float = 0.0,
-        label: str | None = None,
-    ) -> Timeline:
-        """The planner's own prediction (``schedule.start``/``end``) as a timeline."""
-        spans = {
-            n: OpSpan(n, schedule.stream_of[n], schedule.start[n], schedule.end[n])
-            for n in schedule.order
-        }
-        events = _sync_events(spans, list(syncs or ()), sync_latency_us)
-        output = _output_time(spans, events, sync_latency_us)
-        return cls(spans, schedule.makespan, events, output, label or schedule.solver)
+    while len(end) < len(order):
+        # Start every stream head that is ready now; find the next future ready time.
+        next_ready = float("inf")
+        progressed = True
+        while progressed:
+            progressed = False
+            for s in sorted(queues):
+                if head[s] >= len(queues[s]):
+                    continue
+                n = queues[s][head[s]]
+                if n in running:
+                    continue
+                t = ready_time(n)
+                if t is None:
+                    continue
+                if t <= now + _EPS:
+                    start[n] = now
+                    remaining[n] = problem.duration(n)
+                    running.add(n)
+                    if remaining[n] <= _EPS:
+                        running.discard(n)
+                        end[n] = now
+                        stream_free[s] = now
+                        head[s] += 1
+                    progressed = True
+                else:
+                    next_ready = min(next_ready, t)
+        if not running:
+            if len(end) == len(order):  # the last ops had zero duration
+                break
+            if next_ready == float("inf"):
+                missing = [n for n in order if n not in end]
+                raise ValueError(f"plan deadlocks: ops {missing[:5]} can never start")
+            now = next_ready
+            continue
+        load = sum(problem.share(n) for n in running)
+        slow = problem.capacity / load if load > problem.capacity else 1.0
+        rates = {n: (slow if problem.share(n) > 0 else 1.0) for n in running}
+        dt = min(remaining[n] / rates[n] for n in running)
+        dt = min(dt, next_ready - now)
+        now += dt
+        for n in sorted(running):
+            remaining[n] -= dt * rates[n]
+            if remaining[n] <= _EPS * max(1.0, problem.duration(n)):
+                running.discard(n)
+                end[n] = now
+                s = stream_of[n]
+                stream_free[s] = now
+                head[s] += 1
+    return start, end
 
 
 def cross_stream_syncs(
@@ -156,31 +207,6 @@ def cross_stream_syncs(
             last[stream_of[n]] = n
     out += [Sync(n, JOIN) for s, n in sorted(last.items()) if s != 0]
     return sorted(out, key=lambda s: (problem.topo_index[s.producer], s.consumer))
-
-
-def _sync_events(
-    spans: Mapping[str, OpSpan], syncs: list[Sync], latency: float
-) -> tuple[SyncEvent, ...]:
-    events = []
-    for s in syncs:
-        p = spans[s.producer]
-        consumer_stream = 0 if s.consumer == JOIN else spans[s.consumer].stream
-        lat = latency if consumer_stream != p.stream else 0.0
-        events.append(SyncEvent(s.producer, s.consumer, p.stream, consumer_stream, p.end, p.end + lat))
-    return tuple(events)
-
-
-def _output_time(spans: Mapping[str, OpSpan], events: tuple[SyncEvent, ...], latency: float) -> float:
-    last: dict[int, float] = {}
-    for s in spans.values():
-        if s.stream >= 0:  # a lane's last transfer is waited for by an op on a stream
-            last[s.stream] = max(last.get(s.stream, 0.0), s.end)
-    out = last.get(0, 0.0)
-    joined = {e.producer_stream: e.ready for e in events if e.consumer == JOIN}
-    for stream, t in last.items():
-        if stream != 0:
-            out = max(out, joined.get(stream, t + latency))
-    return out
 
 
 def _check_ordered(problem: SchedulingProblem, schedule: Schedule, syncs: list[Sync]) -> None:
@@ -316,8 +342,8 @@ def simulate_plan(
     start, end = run_events(problem, stream_of, order, gates, release)
     spans = {n: OpSpan(n, stream_of[n], start[n], end[n]) for n in order}
     makespan = max(end.values(), default=0.0)
-    events = _sync_events(spans, all_syncs, lat)
+    events = sync_events(spans, all_syncs, lat)
     return Timeline(
-        spans, makespan, events, _output_time(spans, events, lat), "simulated",
+        spans, makespan, events, output_time(spans, events, lat), "simulated",
         {"launch_overhead_us": launch_overhead_us, "segment_overhead_us": segment_overhead_us},
     )

@@ -1,147 +1,134 @@
-"""Discrete-event prediction of a plan's timeline on one device.
+"""A plan's timeline: where and when every op ran (or is predicted to run), and its syncs.
 
-Given which stream each op runs on and the launch order, every stream runs its ops
-in order; an op starts when the previous op on its stream has ended and each of
-its producers has ended (plus the sync latency when the producer ran on another
-stream).  Concurrent ops share the device: while the shares of the running ops sum
-to ``S > capacity``, each op with a non-zero share progresses at rate
-``capacity / S`` (processor sharing).  Zero-share ops never slow down.
+:class:`Timeline` is what the simulator (:mod:`autostream.simulate`) predicts, what
+the threads runtime measures (``Timeline.from_spans``) and what the reports draw.
 
-A solver that models contention as a blocking resource (``cpsat``, ``heft``)
-delays an op instead of slowing it; for a work-conserving device both give the
-same makespan whenever the solver's plan never exceeds the capacity, which is
-what the planners guarantee.
-
-Lanes (``problem.pinned``, negative stream numbers) are serial queues like
-streams, run beside them: a collective's transfer starts on its link once its
-launch has ended and the transfers before it on the link are done.  Edges to or
-from a lane task pay no sync latency (the collective's own machinery orders them).
+>>> t = Timeline.from_spans({"a": (0, 0.0, 2.0), "b": (1, 1.0, 3.0)})
+>>> t.spans["b"].duration, t.makespan
+(2.0, 3.0)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
-from autostream.problem import SchedulingProblem
+from autostream.schedule import JOIN, Schedule, Sync
 
-_EPS = 1e-9
-
-
-Gate = tuple[str, float]
+__all__ = ["OpSpan", "SyncEvent", "Timeline", "output_time", "sync_events"]
 
 
-def simulate(
-    problem: SchedulingProblem,
-    stream_of: Mapping[str, int],
-    order: Sequence[str],
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Predict ``(start, end)`` of every op for the given assignment and launch order.
+@dataclass(frozen=True)
+class OpSpan:
+    """One op's interval on one stream, in microseconds."""
 
-    >>> import networkx as nx
-    >>> g = nx.DiGraph()
-    >>> g.add_node("a", duration=4.0, share=1.0)
-    >>> g.add_node("b", duration=4.0, share=1.0)
-    >>> p = SchedulingProblem(g, streams=2)
-    >>> start, end = simulate(p, {"a": 0, "b": 1}, ["a", "b"])
-    >>> end["a"], end["b"]
-    (8.0, 8.0)
+    op: str
+    stream: int
+    start: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class SyncEvent:
+    """A record/wait pair on the timeline: the event is recorded when ``producer``
+    ends (``record``); the consumer's stream may proceed from ``ready`` on.
+
+    ``consumer == JOIN`` is the join of a side stream before the graph's output.
     """
-    g = problem.graph
-    position = {n: i for i, n in enumerate(order)}
-    for u, v in g.edges:
-        if position[u] > position[v]:
-            raise ValueError(f"launch order puts {v!r} before its producer {u!r}")
-    lat = problem.sync_latency_us
-    gates = {n: [(p, lat if crosses_streams(stream_of, p, n) else 0.0) for p in g.predecessors(n)]
-             for n in order}
-    return run_events(problem, stream_of, order, gates, dict.fromkeys(order, 0.0))
+
+    producer: str
+    consumer: str
+    producer_stream: int
+    consumer_stream: int
+    record: float
+    ready: float
 
 
-def crosses_streams(stream_of: Mapping[str, int], u: str, v: str) -> bool:
-    """Whether the edge ``u -> v`` joins two different streams (a sync); lanes never do.
+@dataclass(frozen=True)
+class Timeline:
+    """Per-op start/end/stream, the makespan and the sync events of one run of a plan.
 
-    >>> crosses_streams({"a": 0, "b": 1, "t": -1}, "a", "b"), crosses_streams({"a": 0, "t": -1}, "a", "t")
-    (True, False)
+    >>> t = Timeline.from_spans({"a": (0, 0.0, 2.0), "b": (1, 0.0, 3.0)})
+    >>> t.makespan, t.streams
+    (3.0, (0, 1))
     """
-    su, sv = stream_of[u], stream_of[v]
-    return su != sv and su >= 0 and sv >= 0
+
+    spans: Mapping[str, OpSpan]
+    makespan: float
+    syncs: tuple[SyncEvent, ...] = ()
+    output: float = 0.0
+    label: str = "predicted"
+    stats: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def streams(self) -> tuple[int, ...]:
+        return tuple(sorted({s.stream for s in self.spans.values()}))
+
+    @property
+    def start(self) -> dict[str, float]:
+        return {n: s.start for n, s in self.spans.items()}
+
+    @property
+    def end(self) -> dict[str, float]:
+        return {n: s.end for n, s in self.spans.items()}
+
+    @classmethod
+    def from_spans(
+        cls,
+        spans: Mapping[str, tuple[int, float, float]],
+        label: str = "measured",
+        syncs: tuple[SyncEvent, ...] = (),
+    ) -> Timeline:
+        """Build a timeline from ``op -> (stream, start_us, end_us)`` (e.g. a measured run)."""
+        ops = {n: OpSpan(n, int(s), float(a), float(b)) for n, (s, a, b) in spans.items()}
+        makespan = max((s.end for s in ops.values()), default=0.0)
+        return cls(ops, makespan, syncs, makespan, label)
+
+    @classmethod
+    def from_schedule(
+        cls,
+        schedule: Schedule,
+        syncs: Iterable[Sync] | None = None,
+        sync_latency_us: float = 0.0,
+        label: str | None = None,
+    ) -> Timeline:
+        """The planner's own prediction (``schedule.start``/``end``) as a timeline."""
+        spans = {
+            n: OpSpan(n, schedule.stream_of[n], schedule.start[n], schedule.end[n])
+            for n in schedule.order
+        }
+        events = sync_events(spans, list(syncs or ()), sync_latency_us)
+        output = output_time(spans, events, sync_latency_us)
+        return cls(spans, schedule.makespan, events, output, label or schedule.solver)
 
 
-def run_events(
-    problem: SchedulingProblem,
-    stream_of: Mapping[str, int],
-    order: Sequence[str],
-    gates: Mapping[str, Sequence[Gate]],
-    release: Mapping[str, float],
-) -> tuple[dict[str, float], dict[str, float]]:
-    """The event loop: op ``n`` starts once its stream is free, ``release[n]`` has passed
-    and every gate ``(p, delay)`` has ``end[p] + delay`` passed; contention slows ops."""
-    queues: dict[int, list[str]] = {}
-    for n in order:
-        queues.setdefault(stream_of[n], []).append(n)
-    head = dict.fromkeys(queues, 0)
-    stream_free = dict.fromkeys(queues, 0.0)
-    start: dict[str, float] = {}
-    end: dict[str, float] = {}
-    remaining: dict[str, float] = {}
-    running: set[str] = set()
-    now = 0.0
+def sync_events(
+    spans: Mapping[str, OpSpan], syncs: list[Sync], latency: float
+) -> tuple[SyncEvent, ...]:
+    """The record/wait events of ``syncs`` over ``spans``: recorded when the producer ends,
+    ready ``latency`` later when the consumer runs on another stream."""
+    events = []
+    for s in syncs:
+        p = spans[s.producer]
+        consumer_stream = 0 if s.consumer == JOIN else spans[s.consumer].stream
+        lat = latency if consumer_stream != p.stream else 0.0
+        events.append(SyncEvent(s.producer, s.consumer, p.stream, consumer_stream, p.end, p.end + lat))
+    return tuple(events)
 
-    def ready_time(n: str) -> float | None:
-        t = max(stream_free[stream_of[n]], release[n])
-        for p, delay in gates[n]:
-            if p not in end:
-                return None
-            t = max(t, end[p] + delay)
-        return t
 
-    while len(end) < len(order):
-        # Start every stream head that is ready now; find the next future ready time.
-        next_ready = float("inf")
-        progressed = True
-        while progressed:
-            progressed = False
-            for s in sorted(queues):
-                if head[s] >= len(queues[s]):
-                    continue
-                n = queues[s][head[s]]
-                if n in running:
-                    continue
-                t = ready_time(n)
-                if t is None:
-                    continue
-                if t <= now + _EPS:
-                    start[n] = now
-                    remaining[n] = problem.duration(n)
-                    running.add(n)
-                    if remaining[n] <= _EPS:
-                        running.discard(n)
-                        end[n] = now
-                        stream_free[s] = now
-                        head[s] += 1
-                    progressed = True
-                else:
-                    next_ready = min(next_ready, t)
-        if not running:
-            if len(end) == len(order):  # the last ops had zero duration
-                break
-            if next_ready == float("inf"):
-                missing = [n for n in order if n not in end]
-                raise ValueError(f"plan deadlocks: ops {missing[:5]} can never start")
-            now = next_ready
-            continue
-        load = sum(problem.share(n) for n in running)
-        slow = problem.capacity / load if load > problem.capacity else 1.0
-        rates = {n: (slow if problem.share(n) > 0 else 1.0) for n in running}
-        dt = min(remaining[n] / rates[n] for n in running)
-        dt = min(dt, next_ready - now)
-        now += dt
-        for n in sorted(running):
-            remaining[n] -= dt * rates[n]
-            if remaining[n] <= _EPS * max(1.0, problem.duration(n)):
-                running.discard(n)
-                end[n] = now
-                s = stream_of[n]
-                stream_free[s] = now
-                head[s] += 1
-    return start, end
+def output_time(spans: Mapping[str, OpSpan], events: tuple[SyncEvent, ...], latency: float) -> float:
+    """When the main stream may return: its last op, and each side stream joined."""
+    last: dict[int, float] = {}
+    for s in spans.values():
+        if s.stream >= 0:  # a lane's last transfer is waited for by an op on a stream
+            last[s.stream] = max(last.get(s.stream, 0.0), s.end)
+    out = last.get(0, 0.0)
+    joined = {e.producer_stream: e.ready for e in events if e.consumer == JOIN}
+    for stream, t in last.items():
+        if stream != 0:
+            out = max(out, joined.get(stream, t + latency))
+    return out

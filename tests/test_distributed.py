@@ -72,8 +72,8 @@ def _diverging(rank: int, world: int) -> Outcome:
     from autostream.planning import plan_graph
 
     if rank == 1:
-        autostream.passes.plan_graph = lambda gm, options: plan_graph(
-            gm, dataclasses.replace(options, solver="round_robin"))
+        autostream.passes.plan_graph = lambda gm, options, *costs: plan_graph(
+            gm, dataclasses.replace(options, solver="round_robin"), *costs)
     try:
         return _run(rank, world, "tp_mlp", 50, cost_table="h200")
     finally:

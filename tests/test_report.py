@@ -22,10 +22,10 @@ from autostream.report.gantt import gantt_png
 from autostream.report.table import SolverResult, fmt_pct, markdown_table
 from autostream.report.trace import chrome_trace
 from autostream.schedule import JOIN, Sync
-from autostream.simulate import Timeline, cross_stream_syncs, simulate_plan
+from autostream.simulate import cross_stream_syncs, simulate, simulate_plan
 from autostream.solvers import SOLVERS, get_solver, solve
 from autostream.solvers.base import schedule_from_assignment
-from autostream.timeline import simulate
+from autostream.timeline import Timeline
 
 
 def random_problem(seed: int, nodes: int = 24, streams: int = 3, latency: float = 2.0,

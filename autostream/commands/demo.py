@@ -140,7 +140,7 @@ def _measured_trace(model: Any, inputs: tuple[Any, ...], out: Path, streams: int
     from autostream.passes import AutoStreamPass
     from autostream.report import write_trace
     from autostream.runtime import ThreadsRunner
-    from autostream.simulate import Timeline
+    from autostream.timeline import Timeline
 
     [captured] = capture(model, inputs)
     stream_pass = AutoStreamPass(max_streams=streams, solver=solver, time_limit=time_limit)

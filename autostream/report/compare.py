@@ -21,8 +21,9 @@ from autostream.report.gantt import gantt_png
 from autostream.report.table import SolverResult, markdown_table
 from autostream.report.trace import write_trace
 from autostream.schedule import Schedule, Sync
-from autostream.simulate import Timeline, cross_stream_syncs, simulate_plan
+from autostream.simulate import cross_stream_syncs, simulate_plan
 from autostream.solvers import check_solver_name, get_solver, solver_options
+from autostream.timeline import Timeline
 
 
 def parse_solvers(text: str) -> list[str]:

@@ -18,7 +18,7 @@ from autostream.memory import MemoryProfile
 from autostream.problem import SchedulingProblem
 from autostream.report.kinds import kind_colours, op_kinds, stream_name
 from autostream.schedule import JOIN, Schedule, Sync
-from autostream.simulate import Timeline
+from autostream.timeline import Timeline
 
 #: Ops are labelled with their name only when the chart has at most this many.
 _LABEL_LIMIT = 60

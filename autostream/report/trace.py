@@ -19,7 +19,7 @@ from typing import Any
 from autostream.problem import SchedulingProblem
 from autostream.report.kinds import op_kinds, stream_name
 from autostream.schedule import JOIN, Schedule, Sync
-from autostream.simulate import Timeline
+from autostream.timeline import Timeline
 
 PREDICTED_PID = 1
 MEASURED_PID = 2

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule, SolverStats
-from autostream.timeline import simulate
+from autostream.simulate import simulate
 
 
 @dataclass(frozen=True)

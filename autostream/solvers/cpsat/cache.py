@@ -30,11 +30,11 @@ from ortools import __version__ as ortools_version
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
+from autostream.simulate import simulate
 from autostream.solvers.base import launch_order
 from autostream.solvers.cpsat.canonical import digest
 from autostream.solvers.cpsat.options import CpsatOptions
 from autostream.solvers.cpsat.stats import CpsatStats
-from autostream.timeline import simulate
 
 ENV = "AUTOSTREAM_PLAN_CACHE"
 _OFF = ("off", "0", "false", "no", "none")
