@@ -44,7 +44,6 @@ from autostream.call_effects import (
     GraphEffects,
     trace_call_effects,
 )
-from autostream.comm.links import add_transfers
 from autostream.graph import OpGraph, build_op_graph, target_name
 from autostream.memory import (
     GraphMemory,
@@ -58,6 +57,7 @@ from autostream.rewrite import rewrite_graph
 from autostream.schedule import Schedule, Sync
 from autostream.simulate import simulate_plan
 from autostream.sync import compute_syncs
+from autostream.transfers import add_transfers
 from autostream.verify import verify_rewrite
 
 

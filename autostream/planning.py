@@ -12,7 +12,6 @@ import torch.fx
 
 from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
 from autostream.comm import comm_op
-from autostream.comm.links import Transfer, add_transfers, plan_transfers
 from autostream.graph import OpGraph, build_op_graph
 from autostream.memory import GraphMemory
 from autostream.memory_fit import FitInputs, PlanMemory, RuntimeCosts, evaluate, fit_plan
@@ -21,6 +20,7 @@ from autostream.schedule import Schedule, Sync
 from autostream.solvers import check_solver_name, get_solver
 from autostream.stages import StageTimes, Stopwatch
 from autostream.sync import compute_syncs
+from autostream.transfers import Transfer, add_transfers, plan_transfers
 
 if TYPE_CHECKING:
     from autostream.cost import CostModel, OpCost, SourceBreakdown

@@ -11,7 +11,6 @@ import torch.fx
 
 from autostream.comm import CommRegistry, CommSpec, comm_op, register
 from autostream.comm.agree import outcome_digest, rank_disagreement, slowest_rank_medians
-from autostream.comm.links import plan_transfers, transfer_task
 from autostream.cost import CostModel, CostTable
 from autostream.cost.collectives import LinkFit
 from autostream.graph import build_op_graph, op_effects
@@ -22,6 +21,7 @@ from autostream.schedule import Schedule
 from autostream.simulate import simulate_plan
 from autostream.solvers import solve
 from autostream.sync import compute_syncs
+from autostream.transfers import plan_transfers, transfer_task
 from autostream.verify import verify_rewrite
 
 C10D = torch.ops._c10d_functional
