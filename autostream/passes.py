@@ -29,7 +29,7 @@ import cost_models
 from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
 from autostream.comm import has_communication
 from autostream.comm.agree import outcome_digest, rank_disagreement
-from autostream.cost import CostModel
+from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.dialects.torchair import is_stream_op
 from autostream.graph import target_name
@@ -131,7 +131,7 @@ def hand_tagged(graph: torch.fx.Graph) -> str | None:
     return None
 
 
-def load_table(cost_table: str | os.PathLike) -> CostModel:
+def load_table(cost_table: str | os.PathLike) -> TableCostModel:
     """The cost model of a shipped table name or a table file; a ``ValueError`` naming the
     table, the problem and the fix when it cannot be found, read or validated.
 
@@ -141,7 +141,7 @@ def load_table(cost_table: str | os.PathLike) -> CostModel:
     ValueError: cost_table='h2OO': no shipped cost table named 'h2OO'; known: ascend910b, cpu, h200 (or pass a path to a .json table). Fix: pass a shipped table's name (ascend910b, cpu, h200), the path of a table `autostream calibrate` wrote, or no cost_table for the default table of the graph's device.
     """
     try:
-        return CostModel.load(cost_table)
+        return TableCostModel.load(cost_table)
     except (OSError, ValueError) as exc:
         problem = str(exc) if isinstance(exc, ValueError) else f"cannot be read: {exc}"
         raise ValueError(
@@ -197,7 +197,7 @@ class AutoStreamPass(CustomGraphPass):
     max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
     history: int = DEFAULT_HISTORY
     reports: deque[PassReport] = field(init=False, compare=False, hash=False, repr=False)
-    _table: CostModel | None = field(init=False, compare=False, hash=False, repr=False)
+    _table: TableCostModel | None = field(init=False, compare=False, hash=False, repr=False)
     _defaults: dict[str, DefaultTable] = field(init=False, compare=False, hash=False, repr=False)
     _digest: list[str] = field(init=False, compare=False, hash=False, repr=False)
 
@@ -217,7 +217,7 @@ class AutoStreamPass(CustomGraphPass):
         return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit,
                            self.max_memory_increase)
 
-    def cost_model_for(self, device_type: str) -> CostModel:
+    def cost_model_for(self, device_type: str) -> TableCostModel:
         """The user's table, else the default of ``device_type`` (warning once if unmeasured)."""
         if self._table is not None:
             return self._table
@@ -238,7 +238,7 @@ class AutoStreamPass(CustomGraphPass):
         if self._table is not None:
             tables = self._table.table.digest()
         else:
-            tables = ",".join(f"{device}={CostModel.load(name).table.digest()}"
+            tables = ",".join(f"{device}={TableCostModel.load(name).table.digest()}"
                               for device, name in sorted(DEFAULT_TABLES.items()))
         text = (f"{_VERSION}|{__version__}|{self.max_streams}|{self.solver}|{tables}|"
                 f"{self.time_limit}|{self.max_memory_increase!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -129,13 +130,16 @@ class Plan:
                 "memory_limit_bytes": m.limit_bytes, "memory_fit": m.how}
 
 
-def load_cost_model(cost_table: str | CostModel | None) -> CostModel:
-    """The default cost model, a shipped table by name, or a table file by path."""
-    from autostream.cost import CostModel
+def load_cost_model(cost_table: str | os.PathLike | CostModel | None) -> CostModel:
+    """The default cost model, a shipped table by name, a table file by path, or ``cost_table``
+    itself when it already is a cost model."""
+    from autostream.cost import TableCostModel
 
-    if isinstance(cost_table, CostModel):
-        return cost_table
-    return CostModel.default() if cost_table is None else CostModel.load(cost_table)
+    if cost_table is None:
+        return TableCostModel.default()
+    if isinstance(cost_table, (str, os.PathLike)):
+        return TableCostModel.load(cost_table)
+    return cost_table
 
 
 def build_problem(
@@ -185,9 +189,8 @@ def plan_graph(
     split_problem = build_problem(op_graph, estimates, options.max_streams,
                                   cost_model.sync_latency_us, split=True, transfers=transfers)
     watch.lap("costs")
-    costs = RuntimeCosts(float(getattr(cost_model, "runtime_op_us", 0.0)),
-                         float(getattr(cost_model, "runtime_call_us", 0.0)),
-                         float(getattr(cost_model, "runtime_segment_us", 0.0)))
+    costs = RuntimeCosts(cost_model.runtime_op_us, cost_model.runtime_call_us,
+                         cost_model.runtime_segment_us)
     solver_options: dict[str, Any] = {}
     if options.solver == "cpsat" and options.time_limit is not None:
         solver_options["time_limit"] = options.time_limit
@@ -251,7 +254,7 @@ def predicted_speedup_over_eager(single_stream_us: float, predicted_us: float,
     """A plan's predicted speed-up, run through ``torch.compile``, over its graph run eagerly.
 
     Every variant the backend weighs runs inside ``torch.compile``, so the planner
-    leaves ``torch.compile``'s own per-call cost (``CostModel.compile_call_us``) out;
+    leaves ``torch.compile``'s own per-call cost (``TableCostModel.compile_call_us``) out;
     against plain eager only the compiled side pays it.  Pass ``predicted_us =
     single_stream_us`` for a graph the planner left on one stream.
 

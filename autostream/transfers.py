@@ -80,12 +80,11 @@ def plan_transfers(
 ) -> tuple[dict[str, Transfer], tuple[str, ...]]:
     """``(transfers by launch, notes)`` for the collectives of an ``OpGraph``.
 
-    ``cost_model`` needs ``transfer(collective, nbytes, backend, world_size)``
-    (``CostModel.transfer``); without it no transfer is modelled.
+    ``cost_model.transfer`` gives each transfer's time; where it answers ``None`` no
+    transfer is modelled.
     """
     transfers: dict[str, Transfer] = {}
     notes: dict[str, list[str]] = {}
-    estimate = getattr(cost_model, "transfer", None)
     for name, data in sorted(op_graph.nodes(data=True), key=lambda x: x[1]["order"]):
         op = comm_op(data["fx"])
         if op is None or op.role == "wait":
@@ -93,12 +92,14 @@ def plan_transfers(
         if not op.registered:
             notes.setdefault(_unregistered_note(op), []).append(name)
             continue
-        if estimate is None or op.collective in ("other", "barrier"):
+        if op.collective in ("other", "barrier"):
             continue
         group = resolve(op.group, _group_size_argument(op, data["fx"]))
+        cost = cost_model.transfer(op.collective, op.nbytes, group.backend, group.world_size)
+        if cost is None:
+            continue
         if op.group is None:
             notes.setdefault(_unknown_group_note(op), []).append(name)
-        cost: TransferCost = estimate(op.collective, op.nbytes, group.backend, group.world_size)
         if cost.note:
             notes.setdefault(cost.note, []).append(name)
         transfers[name] = Transfer(name, group.link, cost, op.collective, op.nbytes,

@@ -32,7 +32,7 @@ import torch
 from autostream import zoo
 from autostream.calibration import calibrate_graphs
 from autostream.capture import capture_graphs
-from autostream.cost import CostModel, CostTable
+from autostream.cost import CostModel, CostTable, TableCostModel
 from autostream.cost.calibrate import ROUNDS, collect_ops, robust_time
 from autostream.cost.free import is_free_target
 from autostream.cost.incontext import GraphTimer, graph_inputs
@@ -126,8 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         all_calib = [g for gs in calib_graphs.values() for g in gs]
         table = calibrate_graphs(all_calib, cpu, warmup=5, repeat=args.repeat, progress=False)
-    cm = CostModel(table)
-    roof = CostModel(CostTable(device=table.device, profile=table.profile))
+    cm = TableCostModel(table)
+    roof = TableCostModel(CostTable(device=table.device, profile=table.profile))
     print(f"cost model: {cm.describe()}")
 
     # -- one measurement pass: per-op times inside every graph and whole-graph times, in

@@ -28,6 +28,9 @@ class UniformCosts:
 
     sync_latency_us = 0.0
     launch_overhead_us = 0.0
+    runtime_op_us = 0.0
+    runtime_call_us = 0.0
+    runtime_segment_us = 0.0
 
     def __init__(self, us: float = 10.0, share: float = 0.0) -> None:
         self.us, self.share = us, share
@@ -36,6 +39,9 @@ class UniformCosts:
         if is_meta_only(node):
             return _Cost(0.0, 0.0, "free")
         return _Cost(self.us, self.share, "roofline")
+
+    def transfer(self, collective, nbytes, backend=None, world_size=None) -> None:
+        return None  # collectives cost what their ops cost
 
 
 def as_tuple(x):

@@ -11,7 +11,7 @@ import torch.fx
 
 from autostream.comm import CommRegistry, CommSpec, comm_op, register
 from autostream.comm.agree import outcome_digest, rank_disagreement, slowest_rank_medians
-from autostream.cost import CostModel, CostTable
+from autostream.cost import CostModel, CostTable, TableCostModel
 from autostream.cost.collectives import LinkFit
 from autostream.graph import build_op_graph, op_effects
 from autostream.planning import PlanOptions, plan_graph
@@ -61,8 +61,8 @@ def two_allreduces(depth: int = 3, elements: int = 1 << 16, group: str | None = 
 
 
 def gloo_table(alpha_us: float = 100.0, bandwidth: float = 1e9) -> CostModel:
-    table = CostTable.load(CostModel.load("cpu").table.source)
-    return CostModel(table.with_links([LinkFit("all_reduce", "gloo", 2, alpha_us, bandwidth)]))
+    table = CostTable.load(TableCostModel.load("cpu").table.source)
+    return TableCostModel(table.with_links([LinkFit("all_reduce", "gloo", 2, alpha_us, bandwidth)]))
 
 
 # -- registry ----------------------------------------------------------------------------
@@ -208,9 +208,9 @@ def test_transfer_costs_say_their_source():
     assert cm.transfer("all_reduce", 10**6, "gloo", 2).duration_us == pytest.approx(1100.0)
     other = cm.transfer("all_reduce", 10**6, "gloo", 4)
     assert other.source == "scaled" and "world size 2, the group has 4" in other.note
-    nccl = CostModel.load("h200").transfer("all_reduce", 10**6, "nccl", 8)
+    nccl = TableCostModel.load("h200").transfer("all_reduce", 10**6, "nccl", 8)
     assert nccl.source == "exact"
-    bare = CostModel(CostTable.from_profile()).transfer("all_reduce", 10**6, "gloo", 2)
+    bare = TableCostModel(CostTable.from_profile()).transfer("all_reduce", 10**6, "gloo", 2)
     assert bare.source == "roofline" and "calibrate with" in bare.note
 
 
@@ -218,7 +218,7 @@ def test_plan_reports_what_it_could_not_identify(caplog):
     gm = two_allreduces(group=None)
     with caplog.at_level(logging.WARNING, logger="autostream"):
         plan = plan_graph(gm, PlanOptions(max_streams=2, solver="heft"),
-                          CostModel(CostTable.from_profile()))
+                          TableCostModel(CostTable.from_profile()))
     text = " ".join(plan.comm_notes)
     assert "names no process group" in text and "link:?" in text
     assert "no link figures" in text
@@ -235,7 +235,7 @@ def test_world_size_mismatch_is_a_note():
     gm = torch.fx.GraphModule(torch.nn.Module(), g)
     op_graph = build_op_graph(gm)
     table = CostTable.from_profile().with_links([LinkFit("all_gather", "gloo", 2, 10.0, 1e9)])
-    transfers, notes = plan_transfers(op_graph, CostModel(table))
+    transfers, notes = plan_transfers(op_graph, TableCostModel(table))
     assert transfers["all_gather_into_tensor"].cost.source == "scaled"
     assert any("world size 2, the group has 8" in n for n in notes)
 
@@ -337,7 +337,7 @@ def test_calibrate_collectives_command_writes_link_fits(tmp_path, capsys):
     assert set(fits) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"}
     assert all(f.backend == "gloo" and f.world_size == 2 and f.bandwidth > 0 and f.share == 0.1
                and f.provenance["nproc"] == 2 for f in fits.values())
-    assert CostModel(table).transfer("all_reduce", 1 << 20, "gloo", 2).source == "exact"
+    assert TableCostModel(table).transfer("all_reduce", 1 << 20, "gloo", 2).source == "exact"
     assert "link fits on gloo x2" in capsys.readouterr().out
 
 

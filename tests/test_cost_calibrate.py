@@ -10,7 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from autostream.calibration import calibrate_graphs
 from autostream.cli import main
-from autostream.cost import CostModel, CostTable
+from autostream.cost import CostTable, TableCostModel
 from autostream.cost.calibrate import OpCase, calibrate_ops, collect_ops
 from autostream.cost.inputs import make_inputs
 from autostream.cost.timing import CpuTimer, available_device
@@ -54,7 +54,7 @@ def test_calibrate_command_writes_a_valid_table(tmp_path, spec_file, capsys):
     model, inputs = load_model_spec(f"{spec_file}:tiny")
     from autostream.capture import capture_graphs
     gm = capture_graphs(model, inputs)[0]
-    cm = CostModel.load(out)
+    cm = TableCostModel.load(out)
     sources = {cm.estimate(n).source for n in gm.graph.nodes if n.op == "call_function"}
     assert "exact" in sources and "roofline" not in sources and "scaled" not in sources
 
@@ -74,7 +74,7 @@ def test_merge_keeps_both_models(tmp_path, spec_file):
 
 def test_merge_into_a_table_for_another_device_fails_clearly(tmp_path, spec_file, capsys):
     out = tmp_path / "t.json"
-    out.write_text(open(CostModel.load("h200").table.source).read())
+    out.write_text(open(TableCostModel.load("h200").table.source).read())
     assert main(["calibrate", f"{spec_file}:tiny", "--out", str(out), "--merge", *FAST]) == 2
     err = capsys.readouterr().err
     assert "device.kind" in err and str(out) in err

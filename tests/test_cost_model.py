@@ -9,7 +9,15 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from autostream.cost import CostModel, CostTable, Entry, OpCost, node_signature, source_breakdown
+from autostream.cost import (
+    CostModel,
+    CostTable,
+    Entry,
+    OpCost,
+    TableCostModel,
+    node_signature,
+    source_breakdown,
+)
 from autostream.cost.profile import GENERIC_CPU
 
 
@@ -36,7 +44,7 @@ def entry_for(node, median, share=0.6) -> Entry:
 
 def model(*entries: Entry) -> CostModel:
     dev = {"name": "t", "kind": "cpu", "origin": "measured"}
-    return CostModel(CostTable(device=dev, profile=GENERIC_CPU, entries=entries))
+    return TableCostModel(CostTable(device=dev, profile=GENERIC_CPU, entries=entries))
 
 
 def test_views_and_getitem_are_free():
@@ -101,7 +109,7 @@ def test_roofline_is_monotone_in_work_and_uses_the_device_profile():
     cm = model()
     small, big = cm.estimate(mm_node(8, 64, 64)), cm.estimate(mm_node(256, 64, 64))
     assert big.duration_us > small.duration_us > 0
-    h200 = CostModel.load("h200")
+    h200 = TableCostModel.load("h200")
     assert h200.estimate(mm_node(256, 64, 64)).duration_us < big.duration_us
 
 
@@ -151,16 +159,16 @@ def test_estimating_is_fast_and_deterministic():
         return x
 
     nodes = calls(f, torch.ones(8, 8))
-    cm = CostModel.default()
+    cm = TableCostModel.default()
     t0 = time.perf_counter()
     first_pass = [cm.estimate(n) for n in nodes]
     # ~10k nodes/s on the CI CPU; the bound leaves room for a loaded machine
     assert time.perf_counter() - t0 < 5.0 * len(nodes) / 1000
-    assert first_pass == [CostModel.default().estimate(n) for n in nodes]
+    assert first_pass == [TableCostModel.default().estimate(n) for n in nodes]
 
 
 def test_default_and_device_level_costs():
-    cm = CostModel.default()
+    cm = TableCostModel.default()
     assert cm.sync_latency_us >= 0 and cm.launch_overhead_us >= 0 and cm.stream_switch_us >= 0
     assert cm.table.device["kind"] == "cpu"
     assert isinstance(cm.describe(), str) and cm.table.device["name"] in cm.describe()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from autostream.cost import CostModel, CostTable, Entry, Skipped, TableError
+from autostream.cost import CostTable, Entry, Skipped, TableCostModel, TableError
 from autostream.cost.profile import GENERIC_CPU
 
 
@@ -81,9 +81,9 @@ def test_bad_fields_are_named(tmp_path, fn, field, words):
 def test_table_for_another_device_is_rejected(tmp_path):
     p = table(entry()).save(tmp_path / "cpu.json")
     with pytest.raises(TableError, match="device.kind.*'cpu' device") as exc:
-        CostModel.load(p, device="cuda")
+        TableCostModel.load(p, device="cuda")
     assert str(p) in str(exc.value)
-    assert CostModel.load(p, device="cpu").table.device["kind"] == "cpu"
+    assert TableCostModel.load(p, device="cpu").table.device["kind"] == "cpu"
 
 
 def test_missing_file_is_a_clear_error(tmp_path):
@@ -115,7 +115,7 @@ def test_merge_refuses_another_device():
 
 @pytest.mark.parametrize("name, kind", [("h200", "cuda"), ("ascend910b", "npu"), ("cpu", "cpu")])
 def test_shipped_tables_load_by_name_and_say_where_they_come_from(name, kind):
-    cm = CostModel.load(name)
+    cm = TableCostModel.load(name)
     assert cm.table.device["kind"] == kind
     if kind != "cpu":
         assert cm.profile.origin == "spec" and "spec-derived" in cm.describe()
@@ -127,7 +127,7 @@ def test_shipped_tables_load_by_name_and_say_where_they_come_from(name, kind):
 
 def test_unknown_table_name_lists_the_known_ones():
     with pytest.raises(ValueError, match="h200"):
-        CostModel.load("a100")
+        TableCostModel.load("a100")
 
 
 @pytest.mark.parametrize("field", ["runtime_op_us", "runtime_call_us", "runtime_segment_us",

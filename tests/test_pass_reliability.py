@@ -11,7 +11,7 @@ import autostream
 import autostream.passes as passes_module
 import cost_models
 from autostream.capture import capture
-from autostream.cost import CostModel
+from autostream.cost import TableCostModel
 from autostream.passes import AutoStreamPass, Outcome
 from autostream.zoo import article_model, multihead_block, two_branch_gemv
 
@@ -73,7 +73,7 @@ def test_the_digest_follows_the_tables_content_and_the_version(tmp_path, monkeyp
 def test_cost_table_digest_is_the_sha256_of_its_sorted_json():
     import hashlib
 
-    table = CostModel.load("cpu").table
+    table = TableCostModel.load("cpu").table
     expected = hashlib.sha256(json.dumps(table.to_json(), sort_keys=True).encode()).hexdigest()
     assert table.digest() == expected
 
@@ -93,7 +93,7 @@ def test_the_default_table_follows_the_graphs_device(monkeypatch, caplog, device
             [c] = capture(*two_branch_gemv(depth=2))
             report = p.run(c.gm)
     [c] = capture(*two_branch_gemv(depth=2))
-    expected = plan_graph(c.gm, PlanOptions(max_streams=2), CostModel.load(table))
+    expected = plan_graph(c.gm, PlanOptions(max_streams=2), TableCostModel.load(table))
     assert _estimates(report.plan) == _estimates(expected)
     spec = [r.getMessage() for r in caplog.records if "spec-derived" in r.getMessage()]
     assert len(spec) == (0 if device == "cpu" else 1)  # once per pass and device

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autostream.cost.model import CostModel
+from autostream.cost.model import TableCostModel
 from autostream.cost.profile import GENERIC_CPU
 from autostream.cost.table import CostTable
 
@@ -31,7 +31,7 @@ class DefaultTable:
     """The cost model for a device type, and a warning when it was not measured there."""
 
     name: str
-    model: CostModel
+    model: TableCostModel
     warning: str | None
 
 
@@ -42,10 +42,10 @@ def default_table(device_type: str) -> DefaultTable:
            f"and pass cost_table='my.json'")
     name = DEFAULT_TABLES.get(device_type)
     if name is None:
-        return DefaultTable("generic-cpu", CostModel(CostTable.from_profile(GENERIC_CPU)),
+        return DefaultTable("generic-cpu", TableCostModel(CostTable.from_profile(GENERIC_CPU)),
                             f"no cost table for {device_type!r} devices: planning with a roofline "
                             f"on a generic CPU profile; {how}")
-    model = CostModel.load(name)
+    model = TableCostModel.load(name)
     warning = None
     if model.profile.origin != "measured":
         warning = (f"the default cost table of {device_type} graphs, {name!r}, is spec-derived "

@@ -1,4 +1,4 @@
-"""``CostModel``: an op's duration and device share, and where the numbers came from.
+"""``TableCostModel``: an op's duration and device share, and where the numbers came from.
 
 Lookup chain for one op: ``exact`` (the table measured this signature) ->
 ``scaled`` (the same op measured at other shapes, scaled by FLOPs or bytes) ->
@@ -7,7 +7,7 @@ Lookup chain for one op: ``exact`` (the table measured this signature) ->
 >>> import torch
 >>> from torch.fx.experimental.proxy_tensor import make_fx
 >>> gm = make_fx(lambda a: (a @ a).view(-1), tracing_mode="fake")(torch.ones(8, 8))
->>> cm = CostModel(CostTable.from_profile())
+>>> cm = TableCostModel(CostTable.from_profile())
 >>> [cm.estimate(n).source for n in gm.graph.nodes if n.op == "call_function"]
 ['roofline', 'free']
 """
@@ -49,7 +49,7 @@ class OpCost:
 FREE = OpCost(0.0, 0.0, "free")
 
 
-class CostModel:
+class TableCostModel:
     """Estimates op costs from a :class:`CostTable` (measured or spec-derived)."""
 
     def __init__(self, table: CostTable) -> None:
@@ -65,7 +65,7 @@ class CostModel:
 
     # -- construction ----------------------------------------------------------------
     @classmethod
-    def load(cls, name_or_path: str | os.PathLike, device: str | None = None) -> CostModel:
+    def load(cls, name_or_path: str | os.PathLike, device: str | None = None) -> TableCostModel:
         """A shipped table by name (``"cpu"``, ``"h200"``, ``"ascend910b"``) or a JSON path.
 
         ``device`` (``"cpu"``, ``"cuda"``, ``"npu"``) rejects a table made for another kind.
@@ -78,7 +78,7 @@ class CostModel:
         return cls(CostTable.load(path, expect_kind=device))
 
     @classmethod
-    def default(cls) -> CostModel:
+    def default(cls) -> TableCostModel:
         """The shipped CPU table when present, else a roofline on a generic CPU profile."""
         import cost_models
 
