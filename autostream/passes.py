@@ -322,7 +322,8 @@ class AutoStreamPass(CustomGraphPass):
         stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
         return PassReport(
             nodes, Outcome.APPLIED,
-            f"{plan.schedule.streams_used} streams, {len(plan.syncs)} syncs, predicted "
+            f"{plan.schedule.streams_used} streams, {len(plan.syncs)} "
+            f"sync{'s' * (len(plan.syncs) != 1)}, predicted "
             f"{plan.predicted_us:.1f} us vs {plan.single_stream_us:.1f} us on one stream "
             f"({plan.predicted_speedup:.2f}x)" + _memory_note(plan),
             plan,

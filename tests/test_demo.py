@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_demo_exits_0_prints_the_table_and_writes_pictures(tmp_path: Path) -> None:
+def test_demo_plans_for_both_devices_measures_on_cpu_and_says_what_it_applied(
+        tmp_path: Path) -> None:
     from matplotlib.image import imread
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -24,35 +25,37 @@ def test_demo_exits_0_prints_the_table_and_writes_pictures(tmp_path: Path) -> No
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=170, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
-    assert "| solver | streams used | syncs | predicted makespan (us) |" in out
-    rows = re.findall(r"^\| (\w+) \| (\d+|-) \|", out, flags=re.M)
-    solvers = {name for name, _ in rows}
-    assert {"single", "heft"} <= solvers
-    single = re.search(r"^\| single \| 1 \| 0 \| ([\d,.]+) ", out, flags=re.M)
-    assert single is not None
-    # Either a measured speed-up is printed, or the reason it is not.
-    assert re.search(r"measured speed-up \d+\.\d\dx", out) or "measured: skipped" in out \
-        or "measured: failed" in out
-    best = re.search(r"best multi-stream plan: (\w+): Gantt (\S+),", out)
-    assert best is not None and best.group(1) in solvers
-    png = Path(best.group(2))
-    assert png.stat().st_size > 10_000
-    assert float(imread(png)[..., :3].std()) > 0.05
-    assert (tmp_path / "demo" / "table.md").read_text().count("\n| ") >= 3
-    trace = re.search(r"measured trace \(predicted and measured timelines\): (\S+)", out)
+    assert out.count("| solver | streams used | syncs | predicted makespan (us) |") == 2
+    for table, device in (("ascend910b", "Ascend 910B"), ("h200", "NVIDIA H200")):
+        assert f"{device} ({table} table)" in out
+        best = re.search(rf"best multi-stream plan: (\w+): Gantt (\S*/{table}/\S+),", out)
+        assert best is not None
+        png = Path(best.group(2))
+        assert png.stat().st_size > 10_000 and float(imread(png)[..., :3].std()) > 0.05
+        assert (tmp_path / "demo" / table / "table.md").read_text().count("\n| ") >= 3
+        assert re.search(rf"^- {device}: \w+ would run the MoE layer on \d+ streams", out,
+                         flags=re.M)
+    assert re.search(r"measured speed-up \d+\.\d\dx .* predicted \d+\.\d\dx", out)
+    assert "outputs equal eager: yes" in out
     applied = re.search(r"^pass: \d+ streams", out, flags=re.M) is not None
+    summary = re.search(r"^- This CPU: (.*)$", out, flags=re.M)
+    assert summary is not None
+    assert summary.group(1).startswith("autostream applied" if applied else "the GEMV model was left")
+    trace = re.search(r"measured trace \(predicted and measured timelines\): (\S+)", out)
     assert (trace is not None) == applied, "a measured trace exactly when the plan is applied"
     if trace is not None:
         import json
 
         events = json.loads(Path(trace.group(1)).read_text())["traceEvents"]
         assert {e["pid"] for e in events if e.get("ph") == "X"} == {1, 2}
+        assert re.search(r"^peak memory: predicted [\d.]+ \w+ .* measured [\d.]+ \w+$", out,
+                         flags=re.M)
 
 
 def _args(tmp_path: Path, **kw):
     import argparse
 
-    base = {"out": str(tmp_path / "demo"), "streams": 2, "solver": "best", "time_limit": 0.2,
+    base = {"out": str(tmp_path / "demo"), "streams": 2, "solver": "cpsat", "time_limit": 0.2,
             "repeats": 5, "no_run": False}
     return argparse.Namespace(**{**base, **kw})
 
@@ -88,7 +91,8 @@ def test_demo_without_runtime_or_cpsat_still_prints_the_table(tmp_path, monkeypa
                         "autostream.solvers.no_such_module:solve")
     assert demo.run(_args(tmp_path)) == 0
     out = capsys.readouterr().out
-    assert "| heft | 2 | " in out and "| single | 1 | 0 | 12.0 |" in out
+    assert out.count("| heft | 2 | ") == 2 and "| single | 1 | 0 | 12.0 |" in out
     assert "not in this build: solver(s) no_such_solver" in out
     assert "measured: skipped, the CPU threads runtime" in out
-    assert (tmp_path / "demo" / "heft_gantt.png").is_file()
+    assert (tmp_path / "demo" / "ascend910b" / "heft_gantt.png").is_file()
+    assert "- NVIDIA H200: heft would run the MoE layer on 2 streams" in out

@@ -1,12 +1,17 @@
 """``autostream demo``: the first thing to run.
 
-Plans the built-in MoE layer (a shared expert beside routed experts) with several
-solvers, prints the comparison table, writes Gantt charts, Perfetto traces and graph
-dumps into ``--out``, then runs the best plan (or ``--solver``'s) on the CPU threads
-runtime (when it is installed) and prints the measured speed-up over the best single-stream run
-(eager, or the same compiled graph on one stream) next to the predicted one, and the
-plan's predicted and measured peak memory.  Missing
-optional pieces are reported, never fatal: the demo exits 0.
+Two parts, then a summary in plain words:
+
+1. **Planned for accelerators** (predicted): the built-in MoE layer (a shared expert
+   beside routed experts) planned with several solvers on the Ascend 910B and H200
+   cost tables (spec-derived), with a comparison table, Gantt charts, Perfetto traces
+   and graph dumps per device in ``--out``;
+2. **Measured on this machine**: a model whose two independent GEMV chains two CPU
+   streams can overlap, compiled with ``torch.compile(backend=autostream.backend(...))``
+   on the CPU threads runtime and timed against eager and the compiled graph on one
+   stream: measured against predicted speed-up and peak memory.
+
+Missing optional pieces are reported, never fatal: the demo exits 0.
 """
 
 from __future__ import annotations
@@ -16,26 +21,32 @@ import importlib
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 DEMO_SOLVERS = ("single", "round_robin", "opara", "nimble", "heft", "cpsat")
+#: (cost table, device) the MoE layer is planned for
+DEVICES = (("ascend910b", "Ascend 910B"), ("h200", "NVIDIA H200"))
+#: depth of each GEMV chain of the measured model
+GEMV_DEPTH = 8
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="plan a built-in MoE layer with several solvers, draw the plans, measure them",
-        description="Plan the built-in MoE model (shared expert beside routed experts) with "
-        "several solvers, print the comparison table, write pictures into --out, and run the "
-        "best plan on the CPU threads runtime when available.",
+        help="plan an MoE layer for Ascend and H200, and measure a plan on this CPU",
+        description="Plan the built-in MoE layer (shared expert beside routed experts) with "
+        "several solvers on the Ascend 910B and H200 cost tables, write pictures into --out, "
+        "then compile a two-branch model with the autostream backend and measure it on this "
+        "CPU against one stream.",
     )
     p.add_argument("--out", default="autostream-demo", help="folder for the pictures")
     p.add_argument("--streams", type=int, default=2, help="maximum number of streams (default 2)")
-    p.add_argument("--solver", default="best",
-                   help="solver of the measured plan (default: the best one in the table)")
-    p.add_argument("--time-limit", type=float, default=1.0,
-                   help="search budget of cpsat in seconds (default 1)")
+    p.add_argument("--solver", default="cpsat",
+                   help="solver of the measured CPU plan (default cpsat)")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="cpsat's search budget in seconds (default: by graph size)")
     p.add_argument("--repeats", type=int, default=30,
                    help="timed runs of each variant for the measured speed-up (default 30)")
     p.add_argument("--no-run", action="store_true", help="plan and draw only, do not measure")
@@ -44,6 +55,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _say(text: str = "") -> None:
     print(text, flush=True)
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """The MoE layer's best multi-stream plan for one device table, in words."""
+
+    device: str
+    solver: str
+    streams: int
+    syncs: int
+    speedup: float
+    memory_increase: float | None
+
+
+@dataclass(frozen=True)
+class CpuRun:
+    """What happened to the measured model on this machine, in words."""
+
+    applied: bool
+    reason: str
+    streams: int = 1
+    syncs: int = 0
+    measured: float | None = None
+    predicted: float | None = None
+    baseline: str = ""
 
 
 def _available_solvers() -> tuple[list[str], list[str]]:
@@ -60,6 +96,47 @@ def _available_solvers() -> tuple[list[str], list[str]]:
     return ok, missing
 
 
+# -- part 1: planned for accelerators -------------------------------------------------------
+def _plan_for_device(table: str, device: str, args: argparse.Namespace,
+                     solvers: list[str]) -> DevicePlan | None:
+    """Plan the MoE layer with every solver on ``table``; print and draw; the best plan."""
+    from autostream.report.compare import plan_solvers, write_reports
+    from autostream.report.sources import problem_from_model
+    from autostream.report.table import markdown_table
+    from autostream.zoo import moe_model
+
+    model, inputs = moe_model()
+    try:
+        source = problem_from_model(model, inputs, args.streams, cost_table=table,
+                                    time_limit=args.time_limit, title=f"MoE layer, {device}")
+    except Exception as exc:  # noqa: BLE001 - the demo reports, it does not crash
+        _say(f"{device}: could not plan the model: {type(exc).__name__}: {exc}")
+        return None
+    problem = source.problem
+    _say(f"{device} ({table} table): {problem.graph.number_of_nodes()} ops, up to "
+         f"{problem.streams} streams, sync latency {problem.sync_latency_us:g} us")
+    results = plan_solvers(problem, solvers, time_limit=args.time_limit, memory=source.memory)
+    _say(markdown_table(results))
+    for r in results:
+        if r.note:
+            _say(f"note: {r.solver}: {r.note}")
+    files = write_reports(Path(args.out) / table, problem, results, title=source.title)
+    multi = [r for r in results if r.ok and r.schedule is not None and r.schedule.streams_used > 1]
+    if not multi:
+        _say("no solver found a multi-stream plan\n")
+        return None
+    best = min(multi, key=lambda r: (r.schedule.makespan, r.schedule.streams_used, r.solver))
+    single = next((r for r in results if r.solver == "single" and r.memory is not None), None)
+    _say(f"best multi-stream plan: {best.solver}: Gantt {files.gantt[best.solver]}, trace "
+         f"{files.trace[best.solver]} (open in https://ui.perfetto.dev), graph "
+         f"{files.graph[best.solver][-1]}\n")
+    return DevicePlan(device, best.solver, best.schedule.streams_used, len(best.syncs),
+                      problem.single_stream_time() / best.schedule.makespan,
+                      best.memory.peak_bytes / single.memory.peak_bytes - 1
+                      if best.memory is not None and single is not None else None)
+
+
+# -- part 2: measured on this machine -------------------------------------------------------
 def _median_us(fn: Callable[[], Any], repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -70,13 +147,13 @@ def _median_us(fn: Callable[[], Any], repeats: int) -> float:
 
 
 def _compile(model: Any, inputs: tuple[Any, ...], streams: int, solver: str,
-             time_limit: float) -> tuple[Any, Any]:
+             time_limit: float | None) -> tuple[Any, Any]:
     """``torch.compile`` with the autostream backend on the CPU threads runtime; run once."""
     import torch
 
     from autostream.backend import backend
 
-    # measure=0: the demo times the plan itself against one stream, side by side.
+    # measure=0: the demo times the plan itself against one stream, side by side
     compile_fn = backend(runtime="threads", max_streams=streams, solver=solver,
                          time_limit=time_limit, measure=0)
     compiled = torch.compile(model, backend=compile_fn)
@@ -85,57 +162,54 @@ def _compile(model: Any, inputs: tuple[Any, ...], streams: int, solver: str,
     return compiled, compile_fn.autostream_pass.last_report
 
 
-def _measure(model: Any, inputs: tuple[Any, ...], streamed: Any, report: Any, streams: int,
-             repeats: int) -> list[str]:
-    """Time the planned graph against the best single-stream run (eager or compiled)."""
+def _time_variants(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """Median us of each variant, timed in alternating blocks so drift hits all alike."""
+    for fn in variants.values():  # warm-up
+        for _ in range(3):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(max(1, repeats // 5)):
+        for k, fn in variants.items():
+            samples[k].append(_median_us(fn, 5))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def _measure(model: Any, inputs: tuple[Any, ...], args: argparse.Namespace) -> CpuRun:
+    """Compile, check outputs, and time the plan against the best single-stream run."""
     import torch
 
-    single, _ = _compile(model, inputs, 1, "single", 1.0)
-    lines = [f"pass: {report.reason}"]
-    used = report.plan.schedule.streams_used if report.applied and report.plan else 1
-    planned = f"autostream, {used} stream{'s' if used > 1 else ''}"
+    streamed, report = _compile(model, inputs, args.streams, args.solver, args.time_limit)
+    if report is None:
+        raise RuntimeError("the autostream pass did not run on the model")
+    _say(f"pass: {report.reason}")
+    single, _ = _compile(model, inputs, 1, "single", None)
+    used = report.plan.schedule.streams_used if report.applied else 1
+    planned = f"autostream, {used} stream{'s' * (used > 1)}"
     with torch.no_grad():
-        same = torch.allclose(model(*inputs), streamed(*inputs), rtol=1e-4, atol=1e-5)
-        variants = {"eager": lambda: model(*inputs), "compiled, 1 stream": lambda: single(*inputs),
-                    planned: lambda: streamed(*inputs)}
-        for fn in variants.values():  # warm-up
-            for _ in range(3):
-                fn()
-        samples: dict[str, list[float]] = {k: [] for k in variants}
-        for _ in range(max(1, repeats // 5)):  # alternate, so drift hits every variant alike
-            for k, fn in variants.items():
-                samples[k].append(_median_us(fn, 5))
-    med = {k: statistics.median(v) for k, v in samples.items()}
-    base_name = min(("eager", "compiled, 1 stream"), key=lambda k: med[k])
-    predicted = report.plan.predicted_speedup if report.plan is not None and report.applied else 1.0
-    lines.append(f"outputs equal eager: {'yes' if same else 'NO'}")
-    lines.append("measured on CPU threads (median us): "
-                 + ", ".join(f"{k} {v:,.0f}" for k, v in med.items()))
-    lines.append(f"measured speed-up {med[base_name] / med[planned]:.2f}x over the best single "
-                 f"stream ({base_name}); predicted {predicted:.2f}x")
-    if report.plan is not None and report.plan.memory is not None:
-        lines.append(_predicted_memory(report.plan.memory))
+        same = all(torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+                   for a, b in zip(model(*inputs), streamed(*inputs), strict=True))
+        med = _time_variants({"eager": lambda: model(*inputs),
+                              "compiled, 1 stream": lambda: single(*inputs),
+                              planned: lambda: streamed(*inputs)}, args.repeats)
+    base = min(("eager", "compiled, 1 stream"), key=lambda k: med[k])
+    measured = med[base] / med[planned]
+    predicted = report.plan.predicted_speedup if report.applied else 1.0
+    _say(f"outputs equal eager: {'yes' if same else 'NO'}")
+    _say("measured on CPU threads (median us): "
+         + ", ".join(f"{k} {v:,.0f}" for k, v in med.items()))
+    _say(f"measured speed-up {measured:.2f}x over the best single stream ({base}); "
+         f"predicted {predicted:.2f}x")
     if not report.applied:
-        lines.append("(the pass kept one stream, so the measured run is single-stream)")
-    return lines
+        return CpuRun(False, report.reason)
+    return CpuRun(True, report.reason, used, len(report.plan.syncs), measured, predicted, base)
 
 
-def _predicted_memory(memory: Any) -> str:
-    from autostream.budget import format_bytes
-
-    limit = (f", budget {format_bytes(memory.limit_bytes)}" if memory.limit_bytes is not None
-             else "")
-    return (f"predicted peak memory {format_bytes(memory.peak_bytes)} "
-            f"({100 * memory.increase:+.1f}% over one stream's "
-            f"{format_bytes(memory.single_stream_peak_bytes)}{limit})")
-
-
-def _measured_trace(model: Any, inputs: tuple[Any, ...], out: Path, streams: int, solver: str,
-                    time_limit: float, repeats: int = 5) -> str:
-    """Run the plan on the threads runtime with per-op spans and the bytes it holds, and
-    write predicted and measured timelines into one Perfetto trace."""
+def _measured_trace(model: Any, inputs: tuple[Any, ...], args: argparse.Namespace) -> None:
+    """Run the plan with per-op spans and the bytes it holds; print memory, write a trace
+    with the predicted and the measured timelines."""
     import torch
 
+    from autostream.budget import format_bytes
     from autostream.capture import capture
     from autostream.passes import AutoStreamPass
     from autostream.report import write_trace
@@ -143,101 +217,90 @@ def _measured_trace(model: Any, inputs: tuple[Any, ...], out: Path, streams: int
     from autostream.timeline import Timeline
 
     [captured] = capture(model, inputs)
-    stream_pass = AutoStreamPass(max_streams=streams, solver=solver, time_limit=time_limit)
-    stream_pass(captured.gm)
-    report = stream_pass.last_report
+    report = AutoStreamPass(max_streams=args.streams, solver=args.solver,
+                            time_limit=args.time_limit).run(captured.gm)
     if not report.applied:
-        return f"measured trace: skipped ({report.reason})"
+        return
     with ThreadsRunner(captured.gm, record_spans=True, record_memory=True) as runner, \
             torch.no_grad():
-        for _ in range(repeats):  # the last call's spans, after warm-up
+        for _ in range(5):  # the last call's spans, after warm-up
             runner(*captured.args)
-        spans, measured = runner.last_spans, runner.last_memory
+        spans, held = runner.last_spans, runner.last_memory
     plan = report.plan
-    path = write_trace(out / "measured_trace.json", plan.problem, plan.schedule, plan.syncs,
-                       measured=Timeline.from_spans(spans))
-    from autostream.budget import format_bytes
+    path = write_trace(Path(args.out) / "cpu" / "measured_trace.json", plan.problem,
+                       plan.schedule, plan.syncs, measured=Timeline.from_spans(spans))
+    _say(f"peak memory: predicted {format_bytes(plan.memory.peak_bytes)} "
+         f"({100 * plan.memory.increase:+.1f}% over one stream), measured "
+         f"{format_bytes(held.peak_bytes)}")
+    _say(f"measured trace (predicted and measured timelines): {path}")
 
-    return (f"measured peak memory {format_bytes(measured.peak_bytes)} (predicted "
-            f"{format_bytes(plan.memory.peak_bytes)})\n"
-            f"measured trace (predicted and measured timelines): {path}")
+
+def _measure_on_cpu(args: argparse.Namespace) -> CpuRun | None:
+    from autostream.zoo import two_branch_gemv
+
+    if not hasattr(importlib.import_module("autostream.runtime"), "make_runner"):
+        _say("measured: skipped, the CPU threads runtime (autostream.runtime.make_runner) is "
+             "not in this build")
+        return None
+    model, inputs = two_branch_gemv(depth=GEMV_DEPTH)
+    _say(f"two independent GEMV chains ({inputs[0].shape[0]}x{inputs[0].shape[1]} activations, "
+         f"{GEMV_DEPTH} matmuls each), torch.compile(backend=autostream.backend("
+         f"runtime='threads', max_streams={args.streams}, solver={args.solver!r})) against "
+         "one stream ...")
+    try:
+        run_ = _measure(model, inputs, args)
+        _measured_trace(model, inputs, args)
+    except Exception as exc:  # noqa: BLE001 - an optional step must not fail the demo
+        _say(f"measured: failed: {type(exc).__name__}: {exc}")
+        return None
+    return run_
 
 
-def _best_solver(results: list, fallback: str) -> str:
-    """The solver of the fastest predicted plan (ties: fewer streams, then name)."""
-    ok = [r for r in results if r.ok and r.schedule is not None]
-    if not ok:
-        return fallback
-    return min(ok, key=lambda r: (r.schedule.makespan, r.schedule.streams_used, r.solver)).solver
+# -- summary --------------------------------------------------------------------------------
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+def _device_line(p: DevicePlan) -> str:
+    memory = (f", peak memory {100 * p.memory_increase:+.0f}%" if p.memory_increase is not None
+              else "")
+    return (f"- {p.device}: {p.solver} would run the MoE layer on {p.streams} streams with "
+            f"{_count(p.syncs, 'sync')}, predicted {p.speedup:.2f}x faster than one stream{memory} "
+            "(spec-derived costs: calibrate on the device for a plan to trust).")
+
+
+def _cpu_line(r: CpuRun) -> str:
+    if not r.applied:
+        return f"- This CPU: the GEMV model was left on one stream: {r.reason}."
+    return (f"- This CPU: autostream applied {r.streams} streams with {_count(r.syncs, 'sync')} "
+            f"to the GEMV model: measured {r.measured:.2f}x against the best single-stream run "
+            f"({r.baseline}), predicted {r.predicted:.2f}x.")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.streams < 1:
         raise ValueError(f"--streams must be >= 1, got {args.streams}")
     t_start = time.perf_counter()
-    title = "MoE layer (autostream demo)"
-    _say("autostream demo: an MoE layer (shared expert beside routed experts)")
     try:
-        from autostream.zoo import moe_model
-    except ImportError as exc:
+        importlib.import_module("autostream.zoo").moe_model  # noqa: B018
+    except (ImportError, AttributeError) as exc:
         _say(f"demo unavailable: the model zoo (autostream.zoo.moe_model) is missing ({exc})")
         return 0
-    from autostream.report.compare import plan_solvers, write_reports
-    from autostream.report.sources import problem_from_model
-    from autostream.report.table import markdown_table
-
     solvers, missing = _available_solvers()
-    model, inputs = moe_model()
-    _say("capturing the post-AOT ATen graph and estimating op costs ...")
-    try:
-        source = problem_from_model(model, inputs, args.streams, time_limit=args.time_limit,
-                                    title=title)
-    except Exception as exc:  # noqa: BLE001 - the demo reports, it does not crash
-        _say(f"demo could not plan the model: {type(exc).__name__}: {exc}")
-        return 0
-    problem = source.problem
-    _say(f"{problem.graph.number_of_nodes()} ops, up to {problem.streams} streams, "
-         f"sync latency {problem.sync_latency_us:g} us; planning with {', '.join(solvers)}")
-    results = plan_solvers(problem, solvers, time_limit=args.time_limit, memory=source.memory)
-    _say()
-    _say(markdown_table(results))
-    _say()
-    for note in source.notes:
-        _say(f"note: {note}")
+    _say("autostream demo\n\n1. Planned for accelerators: an MoE layer (a shared expert beside "
+         f"routed experts), solvers {', '.join(solvers)}\n")
     if missing:
-        _say(f"not in this build: solver(s) {', '.join(missing)}")
-    for r in results:
-        if r.note:
-            _say(f"note: {r.solver}: {r.note}")
-    files = write_reports(args.out, problem, results, title=title)
-    out = Path(args.out)
-    ok = [r for r in results if r.ok and r.schedule is not None]
-    multi = [r for r in ok if r.schedule.streams_used > 1] or ok
-    if multi:
-        shown = min(multi, key=lambda r: (r.schedule.makespan, r.solver)).solver
-        _say(f"best multi-stream plan: {shown}: Gantt {files.gantt[shown]}, trace "
-             f"{files.trace[shown]} (open in https://ui.perfetto.dev), graph "
-             f"{files.graph[shown][-1]}")
-    _say(f"{len(files.all())} files in {out}/ (one Gantt chart, trace and graph dump per solver, "
-         "table.md)")
-    runtime_ok = hasattr(importlib.import_module("autostream.runtime"), "make_runner")
+        _say(f"not in this build: solver(s) {', '.join(missing)}\n")
+    planned = [_plan_for_device(table, device, args, solvers) for table, device in DEVICES]
+    _say("2. Measured on this machine (CPU threads runtime)\n")
+    cpu = None if args.no_run else _measure_on_cpu(args)
     if args.no_run:
         _say("measured: skipped (--no-run)")
-    elif not runtime_ok:
-        _say("measured: skipped, the CPU threads runtime (autostream.runtime.make_runner) is "
-             "not in this build")
-    else:
-        solver = args.solver if args.solver != "best" else _best_solver(results, "heft")
-        _say(f"measuring: torch.compile(backend=autostream.backend(runtime='threads', "
-             f"max_streams={args.streams}, solver={solver!r})) against one stream ...")
-        try:
-            streamed, report = _compile(model, inputs, args.streams, solver, args.time_limit)
-            if report is None:
-                raise RuntimeError("the autostream pass did not run on the model")
-            for line in _measure(model, inputs, streamed, report, args.streams, args.repeats):
-                _say(line)
-            _say(_measured_trace(model, inputs, out, args.streams, solver, args.time_limit))
-        except Exception as exc:  # noqa: BLE001 - an optional step must not fail the demo
-            _say(f"measured: failed: {type(exc).__name__}: {exc}")
-    _say(f"done in {time.perf_counter() - t_start:.1f} s")
+    _say("\nSummary")
+    for p in planned:
+        if p is not None:
+            _say(_device_line(p))
+    if cpu is not None:
+        _say(_cpu_line(cpu))
+    _say(f"Pictures and traces in {args.out}/. Done in {time.perf_counter() - t_start:.1f} s.")
     return 0
