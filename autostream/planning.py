@@ -12,12 +12,15 @@ import networkx as nx
 import torch.fx
 
 from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
+from autostream.capture import capture_graphs
 from autostream.comm import comm_op
+from autostream.cost import OpCost, TableCostModel, source_breakdown
 from autostream.graph import OpGraph, build_op_graph
 from autostream.memory import GraphMemory
 from autostream.memory_fit import FitInputs, PlanMemory, RuntimeCosts, evaluate, fit_plan
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule, Sync
+from autostream.simulate import simulate_plan
 from autostream.solvers import check_solver_name, get_solver
 from autostream.stages import StageTimes, Stopwatch
 from autostream.sync import compute_syncs
@@ -93,7 +96,6 @@ class Plan:
     def cost_sources(self) -> SourceBreakdown:
         """What fraction of the predicted time rests on exact, scaled, roofline, free costs
         (transfers on links included)."""
-        from autostream.cost import OpCost, source_breakdown
 
         links = [OpCost(t.cost.duration_us, t.cost.share, t.cost.source)
                  for t in self.transfers.values()]
@@ -133,7 +135,6 @@ class Plan:
 def load_cost_model(cost_table: str | os.PathLike | CostModel | None) -> CostModel:
     """The default cost model, a shipped table by name, a table file by path, or ``cost_table``
     itself when it already is a cost model."""
-    from autostream.cost import TableCostModel
 
     if cost_table is None:
         return TableCostModel.default()
@@ -294,7 +295,6 @@ def predicted_makespan(
         return schedule.makespan
     if runtime_op_us <= 0 and runtime_segment_us <= 0:
         return schedule.makespan + runtime_call_us
-    from autostream.simulate import simulate_plan
 
     syncs = compute_syncs(deps, schedule)
     timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us,
@@ -318,7 +318,6 @@ def plan_model(
     >>> plan.op_graph.number_of_nodes()
     4
     """
-    from autostream.capture import capture_graphs
 
     options = PlanOptions(max_streams, solver, None if not isinstance(cost_table, str) else cost_table,
                           time_limit, max_memory_increase)

@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from tqdm import tqdm
 
 from autostream.cost.free import is_free_target
 from autostream.cost.incontext import GraphTimer
@@ -218,7 +219,6 @@ def calibrate_ops(cases: Sequence[OpCase], device: torch.device, timer: Any, war
                   ) -> tuple[list[Entry], list[Skipped]]:
     """Measure every case (time, then device share); failures become :class:`Skipped`
     with their reason, in case order."""
-    from tqdm import tqdm
 
     jobs, skipped = _prepare(cases, device, seed)
     rounds = max(1, min(rounds, repeat))

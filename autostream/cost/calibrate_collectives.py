@@ -27,6 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
 from autostream.comm.spawn import run_ranks
 from autostream.cost.collectives import LinkFit, traffic
 
@@ -53,8 +57,6 @@ class Sample:
 
 
 def _device(backend: str, rank: int):
-    import torch
-
     kind = DEVICE_OF_BACKEND.get(backend, "cpu")
     if kind == "cpu":
         return torch.device("cpu")
@@ -65,16 +67,12 @@ def _device(backend: str, rank: int):
 
 
 def _sync(device) -> None:
-    import torch
-
     if device.type != "cpu":
         torch.accelerator.synchronize(device)
 
 
 def _runner(kind: str, nbytes: int, world: int, device):
     """A callable running one ``kind`` collective of ``nbytes`` (message convention)."""
-    import torch
-    import torch.distributed as dist
 
     n = nbytes // 4
     if kind == "all_reduce":
@@ -97,13 +95,10 @@ def _runner(kind: str, nbytes: int, world: int, device):
 
 def _time_rank(rank: int, world: int, backend: str, kinds: Sequence[str], sizes: Sequence[int],
                warmup: int, repeat: int, progress: bool) -> dict:
-    import torch.distributed as dist
-
     device = _device(backend, rank)
     jobs = [(k, s) for k in kinds for s in sizes]
     bar = None
     if progress and rank == 0:
-        from tqdm import tqdm
 
         bar = tqdm(total=len(jobs), desc=f"collectives on {backend} x{world}", unit="size")
     times: dict[tuple[str, int], list[float]] = {}
@@ -126,8 +121,6 @@ def _time_rank(rank: int, world: int, backend: str, kinds: Sequence[str], sizes:
 
 def _transfer_share(world: int, device, nbytes: int, rounds: int = 5) -> float:
     """``clamp(slowdown - 1, 0, 1)`` of a fixed matmul run while an all-reduce is in flight."""
-    import torch
-    import torch.distributed as dist
 
     a = torch.randn(256, 256, device=device)
 
@@ -215,7 +208,6 @@ def calibrate_collectives(
                          backend=backend, timeout_s=timeout_s)
     samples = samples_from_ranks(per_rank)
     measured_share = max(r["share"] for r in per_rank) if share is None else share
-    import torch
 
     provenance = {"host": platform.node(), "platform": platform.platform(),
                   "torch": torch.__version__, "nproc": nproc, "warmup": warmup, "repeat": repeat,

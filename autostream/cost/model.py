@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch.fx
 
+import cost_models
 from autostream.cost.collectives import TransferCost, estimate_transfer
 from autostream.cost.free import is_free_target
 from autostream.cost.profile import GENERIC_CPU
@@ -70,7 +71,6 @@ class TableCostModel:
 
         ``device`` (``"cpu"``, ``"cuda"``, ``"npu"``) rejects a table made for another kind.
         """
-        import cost_models
 
         text = os.fspath(name_or_path)
         is_path = isinstance(name_or_path, Path) or text.endswith(".json") or os.sep in text
@@ -80,7 +80,6 @@ class TableCostModel:
     @classmethod
     def default(cls) -> TableCostModel:
         """The shipped CPU table when present, else a roofline on a generic CPU profile."""
-        import cost_models
 
         if "cpu" in cost_models.available():
             return cls.load("cpu")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import glob
 import queue
 import statistics
 import threading
@@ -41,7 +42,6 @@ def no_gc():
 
 def cpu_l2_bytes(default: int = 1 << 20) -> int:
     """Size of the largest per-core (unshared) cache level, from Linux sysfs."""
-    import glob
 
     best = 0
     for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):

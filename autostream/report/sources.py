@@ -7,7 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from autostream.memory import GraphMemory
+from autostream.modelspec import load_model_spec
+from autostream.planning import plan_model
 from autostream.problem import SchedulingProblem
+from autostream.stg import read_stg
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,6 @@ def problem_from_model(
 ) -> Source:
     """Capture ``model``'s post-AOT graph (the largest, if Dynamo splits it), estimate
     op costs, and return the problem."""
-    from autostream.planning import plan_model
 
     plan = plan_model(model, example_inputs, max_streams=streams, solver="single",
                       cost_table=cost_table, time_limit=time_limit)
@@ -58,14 +60,12 @@ def problem_from_spec(
     if spec.endswith(".stg"):
         if not Path(spec).is_file():
             raise FileNotFoundError(f"STG file {spec} does not exist")
-        from autostream.stg import read_stg
 
         problem = read_stg(spec, streams=streams)
         if sync_latency_us is not None:
             problem = SchedulingProblem(problem.graph, problem.streams, sync_latency_us,
                                         problem.capacity)
         return Source(problem, Path(spec).name)
-    from autostream.modelspec import load_model_spec
 
     model, inputs = load_model_spec(spec)
     return problem_from_model(model, inputs, streams, cost_table=cost_table,
