@@ -1,14 +1,10 @@
 """Carry a plan made on the post-AOT ATen graph back to the Dynamo graph it came from.
 
 The planner works on ATen ops (their costs are what the cost table knows), but on
-CPU the ATen graph itself is slower than the graph Dynamo captured: AOTAutograd's
+CPU the ATen graph itself runs slower than the graph Dynamo captured: AOTAutograd's
 decompositions (``linear`` -> ``t`` + ``addmm``, ``max_pool2d`` ->
-``max_pool2d_with_indices``...) made its generated code 14-37% slower than the Dynamo
-graph's on the zoo models (multihead 1.14x, moe 1.15x, inception 1.20x, decoder
-1.37x; both graphs' own code called 100 times each, interleaved, on the CI VM;
-``experiments/speedup.py``'s ``as-seq`` column shows what remains after lifting).
-``lift_plan`` gives every
-Dynamo node the stream of its ATen ops (found through ``meta["from_node"]``, the
+``max_pool2d_with_indices``...) and per-call wrappers cost time eager mode does not
+pay (``docs/design.md``).  ``lift_plan`` gives every Dynamo node the stream of its ATen ops (found through ``meta["from_node"]``, the
 provenance FX keeps), orders the Dynamo nodes by where the plan launched their
 ATen ops, recomputes the minimal syncs on the Dynamo graph's own dependences and
 rewrites a copy of it.  The rewritten Dynamo graph runs the very calls eager mode

@@ -55,8 +55,8 @@ from autostream.cost.table import Entry, Skipped
 
 log = logging.getLogger("autostream")
 
-#: contention measurements per op (the median is kept; was 3): on the CI VM an op's
-#: share still moved by up to 0.37 between two calibrations, which ``--runs`` narrows
+#: contention measurements per op (the median is kept): an op's share moves between
+#: calibrations on a shared machine, which ``--runs`` narrows further
 CONTENTION_REPEATS = 7
 #: target wall time of each contention measurement (us); keeps calibration quick
 CONTENTION_TARGET_US = 20_000.0

@@ -1,8 +1,8 @@
 """In-graph op timing: run a whole captured graph with a clock mark after every op.
 
 An op inside its graph meets a colder cache (its weights were evicted by the ops
-before it) and a different allocator state than the same op in a tight loop; on
-the CI CPU matmuls ran 1.6x slower in the graph than alone.  Timing each node
+before it) and a different allocator state than the same op in a tight loop, and
+runs measurably slower there.  Timing each node
 between two marks of an instrumented copy of the graph measures what the planner
 will actually see.  CPU marks are ``time.perf_counter_ns``; accelerator marks are
 device events recorded on the current stream.

@@ -369,9 +369,8 @@ def median_table(tables: Sequence[CostTable]) -> CostTable:
     """One table from several calibrations of the same models: per entry and per profile
     field, the median of the measured numbers (samples add up).
 
-    On the shared CI VM two calibrations run back to back differed by 14% in median op
-    time and by up to 0.37 in an op's share, enough to flip a plan; the median of
-    several runs is steadier.
+    Calibrations run back to back on a shared machine can differ enough in op times
+    and shares to flip a plan; the median of several runs is steadier.
 
     >>> t = CostTable.load(Path(__file__).parents[2] / "cost_models" / "cpu.json")
     >>> slow = replace(t, entries=tuple(replace(e, time_us=3 * e.time_us) for e in t.entries))

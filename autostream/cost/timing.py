@@ -94,10 +94,9 @@ class CpuTimer:
         """The same timer without the scrub: for timing the runtime itself.
 
         The scrub runs on every intra-op thread just before the timed call, and the
-        OpenMP threads it wakes spin on after it, keeping the other core awake: a
-        thread handed work then wakes in a few us instead of 40-100 us.  Measured on
-        striped two-stream graphs: the runtime's cost per call fitted 0 us with the
-        scrub and 86 us without it.
+        OpenMP threads it wakes spin on after it, keeping the other cores awake: a
+        thread handed work then wakes at once instead of paying a wake-up, which would
+        hide most of the runtime's cost per call (``docs/cpu-runtime.md``).
         """
         return CpuTimer(scrub_bytes=0)
 
@@ -157,10 +156,8 @@ class CpuTimer:
     def record_wait_us(self, n: int = 200, idle_s: float = 0.0005) -> float:
         """A record/wait pair between two threads through ``threading.Event``, as the
         CPU runtime meets it: the waiting stream is blocked (asleep) when the record
-        comes, so the cost is the time from ``set()`` until it runs again.
-
-        (A hot ping-pong, both threads spinning through the events, measured 21 us on
-        the CI machine; a waiter blocked for 0.2-5 ms wakes after 40-90 us.)
+        comes, so the cost is the time from ``set()`` until it runs again (a waiter
+        that slept wakes far later than one spinning through a hot ping-pong).
         """
         go, done = threading.Event(), threading.Event()
         stamp = [0]
