@@ -37,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-memory-increase", default=DEFAULT_MAX_MEMORY_INCREASE, metavar="X",
                    help="how far the plan's predicted peak memory may rise above one stream's: "
                    "a fraction (0.1), a size (512MiB), both (10%%,2MiB: the larger) or none; "
-                   f"0 keeps it at one stream's peak (default {DEFAULT_MAX_MEMORY_INCREASE})")
+                   "0 keeps it at one stream's peak (default "
+                   f"{DEFAULT_MAX_MEMORY_INCREASE.replace('%', '%%')})")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
                    help="also write the figures as JSON to OUT")
     p.set_defaults(func=run)
