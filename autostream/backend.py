@@ -84,8 +84,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         report = stream_pass.run(gm, example_inputs)
         reports.append(report)
-        if not report.applied:
-            return make_boxed_func(gm.forward)  # unchanged graph: nothing to run concurrently
+        if not report.applied or report.plan.is_single_stream:
+            return make_boxed_func(gm.forward)  # one stream (maybe reordered): runs as is
         kind = select_runtime(runtime, example_inputs)
         return make_boxed_func(_Lazy(lambda: make_runner(gm, kind, sanitize=sanitize)))
 
@@ -110,6 +110,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             return None
         lifts.append(lifted)
         log.info("autostream: %s", lifted.describe())
+        if lifted.streams_used <= 1:
+            return lifted.gm.forward
         kind = select_runtime(runtime, example_inputs)
         return make_runner(lifted.gm, kind, sanitize=sanitize)
 

@@ -202,8 +202,8 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
     >>> lifted.streams_used, sorted(set(lifted.schedule.stream_of.values()))
     (2, [0, 1])
     """
-    if plan.is_single_stream:
-        raise LiftError("the plan uses one stream: nothing to lift")
+    if not plan.changes_graph:
+        raise LiftError("the plan keeps the program order on one stream: nothing to lift")
     effects = dynamo_effects(dynamo, mutated_inputs)
     groups = _aten_groups(plan, dynamo)
     ops = [n for n in dynamo.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
@@ -226,7 +226,7 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
             producer = next((p.name for p in node.all_input_nodes if p.name in stream_of), None)
             stream_of[node.name] = stream_of[producer] if producer else 0
             key[node.name] = key[producer] + 0.5 if producer else -1.0
-    if len(set(stream_of.values())) < 2:
+    if len(set(stream_of.values())) < 2 and not plan.reorders:
         raise LiftError("every Dynamo node lands on one stream")
     deps = _with_memory_edges(op_graph, plan, groups)
     order = tuple(nx.lexicographical_topological_sort(deps, key=lambda n: (key[n], n)))

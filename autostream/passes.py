@@ -305,7 +305,7 @@ class AutoStreamPass(CustomGraphPass):
         if plan.op_graph.number_of_nodes() == 0:
             return PassReport(nodes, Outcome.NO_OPS,
                               "left unchanged: the graph has no ops to schedule", plan)
-        if plan.is_single_stream:
+        if not plan.changes_graph:
             why = plan.notes[0] if plan.notes else Outcome.NO_PARALLELISM.value
             return PassReport(nodes, Outcome.NO_PARALLELISM, f"left unchanged: {why}", plan)
         snap = snapshot(gm.graph)
@@ -320,15 +320,16 @@ class AutoStreamPass(CustomGraphPass):
             gm.recompile()
             return _failed(nodes, Outcome.REWRITE_REJECTED, exc, plan)
         stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
-        return PassReport(
-            nodes, Outcome.APPLIED,
-            f"{plan.schedule.streams_used} streams, {len(plan.syncs)} "
-            f"sync{'s' * (len(plan.syncs) != 1)}, predicted "
-            f"{plan.predicted_us:.1f} us vs {plan.single_stream_us:.1f} us on one stream "
-            f"({plan.predicted_speedup:.2f}x)" + _memory_note(plan),
-            plan,
-            stages,
-        )
+        return PassReport(nodes, Outcome.APPLIED, _applied_reason(plan), plan, stages)
+
+
+def _applied_reason(plan: Plan) -> str:
+    n = len(plan.syncs)
+    what = ("collectives overlapped on one stream" if plan.reorders else
+            f"{plan.schedule.streams_used} streams, {n} sync{'s' * (n != 1)}")
+    return (f"{what}, predicted {plan.predicted_us:.1f} us vs {plan.single_stream_us:.1f} us "
+            f"on one stream ({plan.predicted_speedup:.2f}x)"
+            + _memory_note(plan))
 
 
 def _failed(nodes: int, outcome: Outcome, exc: Exception, plan: Plan | None = None

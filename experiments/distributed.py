@@ -97,10 +97,11 @@ def _prediction(planned) -> tuple[float, float, str]:
         return 1.0, float("nan"), "no graph"
     plan = report.plan
     lifted = planned.lifts[-1] if planned.lifts else None
+    shape = "1 stream, reordered" if plan.reorders else f"{plan.schedule.streams_used} streams"
     if report.applied and lifted is not None and not isinstance(lifted, Exception):
-        return lifted.predicted_speedup, lifted.predicted_us / 1e3, "lifted plan"
+        return lifted.predicted_speedup, lifted.predicted_us / 1e3, f"lifted, {shape}"
     if report.applied:
-        return plan.predicted_speedup, plan.predicted_us / 1e3, "ATen plan"
+        return plan.predicted_speedup, plan.predicted_us / 1e3, f"ATen graph, {shape}"
     return 1.0, plan.single_stream_us / 1e3, "one stream: " + report.reason[:60]
 
 
