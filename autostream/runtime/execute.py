@@ -56,9 +56,11 @@ def run_node(gm: torch.nn.Module, node: torch.fx.Node, env: Env) -> Any:
     >>> run_node(torch.nn.Module(), y, {x: torch.tensor(2.0)})
     tensor(-2.)
     """
-    args, kwargs = torch.fx.node.map_arg(
-        (node.args, node.kwargs), lambda n: load(env, n, node)
-    )
+    try:
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+    except KeyError:  # again, to name the value read before it was produced
+        args, kwargs = torch.fx.node.map_arg(
+            (node.args, node.kwargs), lambda n: load(env, n, node))
     if node.op == "call_function":
         return node.target(*args, **kwargs)
     if node.op == "call_method":

@@ -127,7 +127,8 @@ def _set_intra_op_threads(stream: int, per_stream: int, budget: int) -> None:
         torch.set_num_threads(per_stream)
 
 
-def _until_first_op(items: list[Step | Segment]) -> tuple[list, list]:
+def _until_first_op(items: list[Step | Segment]
+                    ) -> tuple[list[Step | Segment], list[Step | Segment]]:
     """``items`` cut before the first op or segment (the stream sets its threads there)."""
     first = next((i for i, item in enumerate(items) if item.kind in ("op", "segment")),
                  len(items))
@@ -179,7 +180,8 @@ class _Call:
         try:
             if self.san and stream != 0:
                 self.san.check_state(stream, self.state, ThreadState.capture())
-            interpret(lead, self)
+            if lead:
+                interpret(lead, self)
             if rest:
                 _set_intra_op_threads(stream, self.per_stream, self.budget)
                 interpret(rest, self)
