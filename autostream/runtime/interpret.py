@@ -41,7 +41,7 @@ class Item(Protocol):
 
 
 class Hooks(Protocol):
-    """What a runtime does for each kind of step (one object per call and stream, or per call)."""
+    """What a runtime does for each kind of step (one object per call, holding its state)."""
 
     def op(self, step: Step) -> None: ...
     def record(self, step: Step) -> None: ...
