@@ -277,20 +277,19 @@ def test_sanitize_only_for_threads():
 
 
 def test_side_streams_run_in_the_callers_grad_mode(monkeypatch):
-    import autostream.runtime.segments as segments_module
-    import autostream.runtime.threads as threads_module
+    import autostream.runtime.execute as execute_module
 
     seen: list[tuple[str, bool]] = []
-    real_run_node = threads_module.run_node
+    real_run_node = execute_module.run_node
 
     def spy(gm, node, env):
         seen.append((threading.current_thread().name, torch.is_grad_enabled()))
         return real_run_node(gm, node, env)
 
-    monkeypatch.setattr(threads_module, "run_node", spy)
-    # a traced segment would hide its ops from the spy: inputs that record autograd
-    # history are never run traced, and the first call runs op by op
-    monkeypatch.setattr(segments_module, "run_node", spy)
+    # every runtime runs its ops through execute.run_op; a traced segment would hide
+    # its ops from the spy: inputs that record autograd history are never run traced,
+    # and the first call runs op by op
+    monkeypatch.setattr(execute_module, "run_node", spy)
     gm, inputs = two_chains(depth=2, rows=4, width=8, streams=2)
     inputs = tuple(t.requires_grad_() for t in inputs)
     with make_runner(gm, "threads") as runner:

@@ -54,9 +54,9 @@ def _record_ops_run_from_python(monkeypatch) -> list[str]:
     import autostream.runtime.segments as segments_module
 
     ran: list[str] = []
-    real = segments_module.run_node
-    monkeypatch.setattr(segments_module, "run_node",
-                        lambda g, n, e: ran.append(n.name) or real(g, n, e))
+    real = segments_module.run_op
+    monkeypatch.setattr(segments_module, "run_op",
+                        lambda g, step, e: ran.append(step.node.name) or real(g, step, e))
     return ran
 
 

@@ -9,6 +9,7 @@ import torch
 import torch.fx
 
 from autostream.dialects.torchair import stream_label
+from autostream.runtime.program import Step
 
 Env = dict[torch.fx.Node, Any]
 
@@ -55,9 +56,11 @@ def run_node(gm: torch.nn.Module, node: torch.fx.Node, env: Env) -> Any:
     >>> run_node(torch.nn.Module(), y, {x: torch.tensor(2.0)})
     tensor(-2.)
     """
-    args, kwargs = torch.fx.node.map_arg(
-        (node.args, node.kwargs), lambda n: load(env, n, node)
-    )
+    try:
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), env.__getitem__)
+    except KeyError:  # again, to name the value read before it was produced
+        args, kwargs = torch.fx.node.map_arg(
+            (node.args, node.kwargs), lambda n: load(env, n, node))
     if node.op == "call_function":
         return node.target(*args, **kwargs)
     if node.op == "call_method":
@@ -66,6 +69,24 @@ def run_node(gm: torch.nn.Module, node: torch.fx.Node, env: Env) -> Any:
     if node.op == "call_module":
         return gm.get_submodule(node.target)(*args, **kwargs)
     raise ValueError(f"cannot run node {node.name!r} of kind {node.op!r}")
+
+
+def run_op(gm: torch.nn.Module, step: Step, env: Env) -> Any:
+    """The value of op ``step``; a failure is a :class:`StreamRuntimeError` naming the op
+    and its stream.
+
+    >>> import torch, torch.fx
+    >>> g = torch.fx.Graph(); x = g.placeholder("x")
+    >>> y = g.call_function(torch.div, (x, "two"))
+    >>> run_op(torch.nn.Module(), Step("op", y, 1), {x: torch.tensor(2.0)})
+    Traceback (most recent call last):
+    ...
+    autostream.runtime.execute.StreamRuntimeError: op 'div' (div) on the stream_1 raised TypeError: ...
+    """
+    try:
+        return run_node(gm, step.node, env)
+    except Exception as exc:
+        raise StreamRuntimeError(step.node, step.stream, exc) from exc
 
 
 def fetch_attr(gm: torch.nn.Module, target: str) -> Any:

@@ -146,32 +146,31 @@ def parse_program(graph: torch.fx.Graph | torch.fx.GraphModule) -> StreamProgram
     (['relu_default'], ['wait'])
     """
     graph = graph.graph if isinstance(graph, torch.fx.GraphModule) else graph
-    nodes = list(graph.nodes)
-    position = {n: i for i, n in enumerate(nodes)}
-    placeholders: list[torch.fx.Node] = []
-    constants: list[torch.fx.Node] = []
-    raw: list[tuple[StepKind, torch.fx.Node, int, tuple[str, ...]]] = []
-    stream_of: dict[torch.fx.Node, int] = {}
-    records: set[torch.fx.Node] = set()
-    current, opened_by = 0, None
-    output = None
-    for node in nodes:
-        if node.op == "placeholder":
-            placeholders.append(node)
-            stream_of[node] = 0
-            continue
-        if node.op == "get_attr":
-            constants.append(node)
-            stream_of[node] = 0
-            continue
+    scan = _Scan({n: i for i, n in enumerate(graph.nodes)})
+    for node in graph.nodes:
         if node.op == "output":
-            if current != 0:
-                raise ProgramError(
-                    f"scope {stream_label(current)!r} entered at {opened_by.name!r} is not "
-                    f"exited before the graph's output: add scope_exit() after its last op"
-                )
-            output = node
-            break
+            return scan.program(node)
+        scan.add(node)
+    raise ProgramError("graph has no output node")
+
+
+class _Scan:
+    """The graph's nodes read in order: inputs, the stream scope open now, the steps so far."""
+
+    def __init__(self, position: dict[torch.fx.Node, int]):
+        self.position = position
+        self.placeholders: list[torch.fx.Node] = []
+        self.constants: list[torch.fx.Node] = []
+        self.raw: list[tuple[StepKind, torch.fx.Node, int, tuple[str, ...]]] = []
+        self.stream_of: dict[torch.fx.Node, int] = {}
+        self.records: set[torch.fx.Node] = set()
+        self.current, self.opened_by = 0, None
+
+    def add(self, node: torch.fx.Node) -> None:
+        if node.op in ("placeholder", "get_attr"):
+            (self.placeholders if node.op == "placeholder" else self.constants).append(node)
+            self.stream_of[node] = 0
+            return
         kind = air_kind(node)
         if kind is None and _is_air_node(node):
             raise ProgramError(
@@ -179,51 +178,60 @@ def parse_program(graph: torch.fx.Graph | torch.fx.GraphModule) -> StreamProgram
                 f"autostream dialect (scope_enter, scope_exit, record, wait)"
             )
         if kind == "scope_enter":
-            stream = _scope_stream(node)
-            if current != 0:
-                raise ProgramError(
-                    f"scope_enter {node.name!r} opens {stream_label(stream)!r} inside scope "
-                    f"{stream_label(current)!r} opened at {opened_by.name!r}: nested scopes "
-                    f"are not allowed; exit the first scope before entering another"
-                )
-            current, opened_by = stream, node
-            continue
-        if kind == "scope_exit":
-            if current == 0:
-                raise ProgramError(
-                    f"scope_exit {node.name!r} has no matching scope_enter before it"
-                )
-            current, opened_by = 0, None
-            continue
-        stream_of[node] = current
-        if kind == "record":
-            records.add(node)
-            raw.append(("record", node, current, (node.name,)))
-        elif kind == "wait":
-            raw.append(("wait", node, current, _check_wait(node, position, records)))
+            self.enter(node)
+        elif kind == "scope_exit":
+            self.exit(node)
         else:
-            raw.append(("op", node, current, ()))
-    if output is None:
-        raise ProgramError("graph has no output node")
-    if current != 0:
-        raise ProgramError(f"scope {stream_label(current)!r} is never exited")
-    held, release = _lifetimes(raw, placeholders + constants, output, stream_of)
-    steps = tuple(
-        Step(kind, node, stream, tokens, tuple(release.get(i, ())))
-        for i, (kind, node, stream, tokens) in enumerate(raw)
-    )
-    streams: dict[int, list[Step]] = {0: []}
-    for step in steps:
-        streams.setdefault(step.stream, []).append(step)
-    return StreamProgram(
-        placeholders=tuple(placeholders),
-        constants=tuple(constants),
-        steps=steps,
-        streams={k: tuple(v) for k, v in sorted(streams.items())},
-        output=output,
-        stream_of=stream_of,
-        held=frozenset(held),
-    )
+            self.step(kind, node)
+
+    def enter(self, node: torch.fx.Node) -> None:
+        stream = _scope_stream(node)
+        if self.current != 0:
+            raise ProgramError(
+                f"scope_enter {node.name!r} opens {stream_label(stream)!r} inside scope "
+                f"{stream_label(self.current)!r} opened at {self.opened_by.name!r}: nested "
+                f"scopes are not allowed; exit the first scope before entering another"
+            )
+        self.current, self.opened_by = stream, node
+
+    def exit(self, node: torch.fx.Node) -> None:
+        if self.current == 0:
+            raise ProgramError(f"scope_exit {node.name!r} has no matching scope_enter before it")
+        self.current, self.opened_by = 0, None
+
+    def step(self, kind: str | None, node: torch.fx.Node) -> None:
+        self.stream_of[node] = self.current
+        if kind == "record":
+            self.records.add(node)
+            self.raw.append(("record", node, self.current, (node.name,)))
+        elif kind == "wait":
+            tokens = _check_wait(node, self.position, self.records)
+            self.raw.append(("wait", node, self.current, tokens))
+        else:
+            self.raw.append(("op", node, self.current, ()))
+
+    def program(self, output: torch.fx.Node) -> StreamProgram:
+        if self.current != 0:
+            raise ProgramError(
+                f"scope {stream_label(self.current)!r} entered at {self.opened_by.name!r} is "
+                f"not exited before the graph's output: add scope_exit() after its last op"
+            )
+        held, release = _lifetimes(self.raw, self.placeholders + self.constants, output,
+                                   self.stream_of)
+        steps = tuple(Step(kind, node, stream, tokens, tuple(release.get(i, ())))
+                      for i, (kind, node, stream, tokens) in enumerate(self.raw))
+        streams: dict[int, list[Step]] = {0: []}
+        for step in steps:
+            streams.setdefault(step.stream, []).append(step)
+        return StreamProgram(
+            placeholders=tuple(self.placeholders),
+            constants=tuple(self.constants),
+            steps=steps,
+            streams={k: tuple(v) for k, v in sorted(streams.items())},
+            output=output,
+            stream_of=self.stream_of,
+            held=frozenset(held),
+        )
 
 
 def _lifetimes(raw, inputs: Iterable[torch.fx.Node], output: torch.fx.Node,

@@ -34,7 +34,7 @@ import threading
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.fx
@@ -42,7 +42,7 @@ import torch.fx
 from autostream.call_effects import EFFECTS_KEY
 from autostream.comm import comm_op
 from autostream.graph import op_effects, target_name, writes_inputs_by_name
-from autostream.runtime.execute import Env, StreamRuntimeError, load, run_node
+from autostream.runtime.execute import Env, load, run_op
 from autostream.runtime.program import Step, StreamProgram
 from autostream.thread_state import ThreadState
 
@@ -82,6 +82,8 @@ class Segment:
     the first call, then ``"traced"`` or the reason it runs op by op.
     """
 
+    #: the hook that runs it (:func:`autostream.runtime.interpret.interpret`)
+    kind: ClassVar[str] = "segment"
     stream: int
     steps: tuple[Step, ...]
     inputs: tuple[torch.fx.Node, ...]
@@ -212,7 +214,8 @@ class SegmentRunner:
 
     def run(self, seg: Segment, env: Env, state: ThreadState | None = None) -> None:
         """Run ``seg`` on ``env``; ``state`` is the thread state the call runs under
-        (a function traced under one state runs only under that state)."""
+        (a function traced under one state runs only under that state).  What the
+        segment frees (``seg.release``) is left to the caller's loop."""
         # Little Python between two segments: while this thread runs it, the other
         # stream's thread, back from its own segment, waits for the GIL.
         try:
@@ -238,15 +241,10 @@ class SegmentRunner:
             self._first_call(seg, args, env, state)
         else:
             self._run_ops(seg, env)
-        for v in seg.release:
-            env.pop(v, None)
 
     def _run_ops(self, seg: Segment, env: Env) -> None:
-        for s in seg.steps:
-            try:
-                env[s.node] = run_node(self.gm, s.node, env)
-            except Exception as exc:
-                raise StreamRuntimeError(s.node, seg.stream, exc) from exc
+        for step in seg.steps:
+            env[step.node] = run_op(self.gm, step, env)
 
     def _first_call(self, seg: Segment, args: list[Any], env: Env,
                     state: ThreadState | None) -> None:

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 import torch.fx
 
-from autostream.runtime.execute import (
-    StreamRuntimeError,
-    bind_inputs,
-    collect_outputs,
-    run_node,
-)
+from autostream.runtime.execute import bind_inputs, collect_outputs
+from autostream.runtime.interpret import EnvHooks, interpret
 from autostream.runtime.program import StreamProgram, parse_program
 
 
@@ -33,16 +28,7 @@ class SequentialRunner:
 
     def __call__(self, *inputs: Any) -> Any:
         env = bind_inputs(self.gm, self.program, inputs)
-        for step in self.program.steps:
-            if step.kind == "op":
-                try:
-                    env[step.node] = run_node(self.gm, step.node, env)
-                except Exception as exc:
-                    raise StreamRuntimeError(step.node, step.stream, exc) from exc
-            elif step.kind == "record":
-                env[step.node] = torch.empty(0)
-            for value in step.release:
-                env.pop(value, None)
+        interpret(self.program.steps, EnvHooks(self.gm, env))
         return collect_outputs(self.gm, self.program, env)
 
     def close(self) -> None:

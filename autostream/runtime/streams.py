@@ -26,14 +26,10 @@ from typing import Any, Protocol
 import torch
 import torch.fx
 
-from autostream.runtime.execute import (
-    StreamRuntimeError,
-    bind_inputs,
-    collect_outputs,
-    run_node,
-)
+from autostream.runtime.execute import Env, bind_inputs, collect_outputs, run_op
+from autostream.runtime.interpret import EnvHooks, interpret
 from autostream.runtime.memory import MeasuredMemory, allocator_peak
-from autostream.runtime.program import StreamProgram, parse_program
+from autostream.runtime.program import Step, StreamProgram, parse_program
 
 
 class StreamAPI(Protocol):
@@ -153,46 +149,60 @@ class StreamsRunner:
                                                lambda: self._run(env, api, side))
         return out
 
-    def _run(self, env: dict, api: StreamAPI, side: dict[int, Any]) -> Any:
-        main = api.current_stream()
-        if side:
-            fork = api.new_event()
-            api.record(fork, main)
-            for s in side.values():
-                api.wait_event(s, fork)
-        events: dict[str, Any] = {}
-        current = main
+    def _run(self, env: Env, api: StreamAPI, side: dict[int, Any]) -> Any:
+        call = _DeviceCall(self.gm, env, api, api.current_stream(), side)
+        call.fork()
         try:
-            for step in self.program.steps:
-                stream = main if step.stream == 0 else side[step.stream]
-                if step.kind == "op":
-                    if stream is not current:
-                        api.set_stream(stream)
-                        current = stream
-                    try:
-                        env[step.node] = run_node(self.gm, step.node, env)
-                    except Exception as exc:
-                        raise StreamRuntimeError(step.node, step.stream, exc) from exc
-                    for v in step.release:
-                        env.pop(v, None)
-                elif step.kind == "record":
-                    event = api.new_event()
-                    api.record(event, stream)
-                    events[step.node.name] = event
-                    env[step.node] = torch.empty(0)
-                else:
-                    for token in step.tokens:
-                        api.wait_event(stream, events[token])
-                    for v in step.release:
-                        env.pop(v, None)
+            interpret(self.program.steps, call)
         finally:
-            if current is not main:
-                api.set_stream(main)
-            for s in side.values():
-                api.wait_stream(main, s)
+            call.join()
         # Held cross-stream values die with ``env`` here, after the join.
         return collect_outputs(self.gm, self.program, env)
 
     def close(self) -> None:
         """Forget the side streams (present for a uniform runner interface)."""
         self._per_device.clear()
+
+
+class _DeviceCall(EnvHooks):
+    """Hooks of one call: each op launched on its plan stream, records and waits as events."""
+
+    def __init__(self, gm: torch.fx.GraphModule, env: Env, api: StreamAPI, main: Any,
+                 side: dict[int, Any]):
+        super().__init__(gm, env)
+        self.api, self.main, self.side, self.current = api, main, side, main
+        self.streams = {0: main, **side}
+        self.events: dict[str, Any] = {}
+
+    def op(self, step: Step) -> None:
+        stream = self.streams[step.stream]
+        if stream is not self.current:
+            self.api.set_stream(stream)
+            self.current = stream
+        self.env[step.node] = run_op(self.gm, step, self.env)
+
+    def record(self, step: Step) -> None:
+        event = self.api.new_event()
+        self.api.record(event, self.streams[step.stream])
+        self.events[step.node.name] = event
+        super().record(step)
+
+    def wait(self, step: Step) -> None:
+        stream = self.streams[step.stream]
+        for token in step.tokens:
+            self.api.wait_event(stream, self.events[token])
+
+    def fork(self) -> None:
+        """Every side stream waits for the main stream (the caller's work so far)."""
+        if self.side:
+            event = self.api.new_event()
+            self.api.record(event, self.main)
+            for s in self.side.values():
+                self.api.wait_event(s, event)
+
+    def join(self) -> None:
+        """Back on the main stream, which waits for every side stream."""
+        if self.current is not self.main:
+            self.api.set_stream(self.main)
+        for s in self.side.values():
+            self.api.wait_stream(self.main, s)

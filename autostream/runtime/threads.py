@@ -44,12 +44,8 @@ import torch
 import torch.fx
 
 from autostream.dialects.torchair import stream_label
-from autostream.runtime.execute import (
-    StreamRuntimeError,
-    bind_inputs,
-    collect_outputs,
-    run_node,
-)
+from autostream.runtime.execute import Env, bind_inputs, collect_outputs, run_op
+from autostream.runtime.interpret import interpret
 from autostream.runtime.memory import LiveBytes, MeasuredMemory
 from autostream.runtime.program import Step, StreamProgram, parse_program
 from autostream.runtime.sanitizer import (
@@ -123,70 +119,54 @@ def _where(stream: int) -> str:
 SIDE_STREAM_THREADS = 1
 
 
-class _ThreadCounts:
-    """Sets each stream thread's intra-op thread count once per call."""
+def _set_intra_op_threads(stream: int, per_stream: int, budget: int) -> None:
+    """Give this stream's thread its count for the call (the caller's thread has ``budget``)."""
+    if stream != 0:
+        torch.set_num_threads(min(per_stream, SIDE_STREAM_THREADS))
+    elif per_stream != budget:
+        torch.set_num_threads(per_stream)
 
-    def __init__(self, per_stream: int):
-        self.per_stream = per_stream
-        self.current: dict[int, int] = {}
 
-    def apply(self, stream: int) -> None:
-        want = self.per_stream if stream == 0 else min(self.per_stream, SIDE_STREAM_THREADS)
-        if self.current.get(stream) != want:
-            torch.set_num_threads(want)
-            self.current[stream] = want
+def _until_first_op(items: list[Step | Segment]
+                    ) -> tuple[list[Step | Segment], list[Step | Segment]]:
+    """``items`` cut before the first op or segment (the stream sets its threads there)."""
+    first = next((i for i, item in enumerate(items) if item.kind in ("op", "segment")),
+                 len(items))
+    return items[:first], items[first:]
 
 
 class _Call:
-    """State of one call: environment, events, abort flag, sanitizer."""
+    """One call: environment, events, abort flag, sanitizer; the hooks each stream runs.
 
-    def __init__(self, runner: ThreadsRunner, env: dict, call_index: int, budget: int,
+    ``op`` and ``release`` are picked once per call: the plain ones do nothing but
+    run and drop, the observed ones also feed the sanitizer, spans and memory meter.
+    """
+
+    def __init__(self, runner: ThreadsRunner, env: Env, call_index: int, budget: int,
                  state: ThreadState):
         program = runner.program
-        self.runner, self.program, self.env = runner, program, env
+        self.runner, self.gm, self.env = runner, runner.gm, env
         self.events = {token: threading.Event() for token in runner.waited}
-        self.abort = threading.Event()
+        self.aborted = False
         self.spans: dict[str, tuple[int, float, float]] | None = {} if runner.record_spans else None
         self.meter = LiveBytes() if runner.record_memory else None
         if self.meter is not None:
             self.meter.pin(env.values())
-        per_stream = runner.intra_op_threads or max(1, budget // max(1, len(program.streams)))
-        self.threads = _ThreadCounts(per_stream)
-        self.threads.current[0] = budget
+        self.budget = budget
+        self.per_stream = runner.intra_op_threads or max(1, budget // max(1, len(program.streams)))
         # Grad, inference and autocast modes are thread-local: workers run in the
         # caller's, or a side stream would compute other dtypes or tensor kinds.
         self.state = state
         config = runner.sanitizer
         self.san = SanitizerRun(config, program, call_index) if config else None
+        observed = self.san or self.spans is not None or self.meter is not None
+        self.op = self._observed_op if observed else self._op
+        self.release = self._pop if self.meter is None else self._pop_metered
 
     def fail(self) -> None:
-        self.abort.set()
+        self.aborted = True
         for ev in self.events.values():
             ev.set()
-
-    def _wait(self, stream: int, step) -> None:
-        for token in step.tokens:
-            ev = self.events[token]
-            if not ev.is_set():
-                ok = ev.wait(self.runner.wait_timeout_s)
-                if not ok:
-                    raise StreamWaitTimeout(
-                        f"{_where(stream)} waited {self.runner.wait_timeout_s:g} s at "
-                        f"{step.node.name!r} for token {token!r} "
-                        f"({self.runner.token_origin[token]}) before running "
-                        f"{self.runner.next_op[step.node]}; the producing stream is stuck or "
-                        f"slower than wait_timeout_s"
-                    )
-            if self.abort.is_set():
-                raise _Aborted()
-        if self.san:
-            self.san.on_wait(stream, step.tokens)
-
-    def _release(self, values: tuple[torch.fx.Node, ...]) -> None:
-        for v in values:
-            dropped = self.env.pop(v, None)
-            if self.meter is not None:
-                self.meter.drop(dropped)
 
     def run_stream(self, stream: int) -> None:
         if stream == 0:  # the calling thread
@@ -196,50 +176,78 @@ class _Call:
             self._run_stream(stream)
 
     def _run_stream(self, stream: int) -> None:
-        gm, env, san, threads = self.runner.gm, self.env, self.san, self.threads
-        segments = self.runner.segments
+        lead, rest = self.runner.parts[stream]
         try:
-            if san and stream != 0:
-                san.check_state(stream, self.state, ThreadState.capture())
-            for step in self.runner.plan_of[stream]:
-                if self.abort.is_set():
-                    raise _Aborted()
-                if isinstance(step, Segment):
-                    threads.apply(stream)
-                    segments.run(step, env, self.state)
-                elif step.kind == "op":
-                    threads.apply(stream)
-                    if san:
-                        san.before_op(stream, step.node)
-                    t0 = time.perf_counter()
-                    try:
-                        value = run_node(gm, step.node, env)
-                    except Exception as exc:
-                        raise StreamRuntimeError(step.node, stream, exc) from exc
-                    if self.spans is not None:
-                        self.spans[step.node.name] = (stream, t0, time.perf_counter())
-                    if san:
-                        san.after_op(stream, step.node)
-                    env[step.node] = value
-                    if self.meter is not None:
-                        self.meter.hold(value, t0)
-                    if san:
-                        san.published(stream, step.node)
-                    self._release(step.release)
-                elif step.kind == "record":
-                    # no op reads a token's value: nothing to allocate (an ATen call here
-                    # would hand the GIL to the other stream once more)
-                    if san:
-                        san.on_record(stream, step.node.name)
-                    event = self.events.get(step.node.name)
-                    if event is not None:  # a record no stream waits for needs no event
-                        event.set()
-                else:
-                    self._wait(stream, step)
-                    self._release(step.release)
+            if self.san and stream != 0:
+                self.san.check_state(stream, self.state, ThreadState.capture())
+            if lead:
+                interpret(lead, self)
+            if rest:
+                _set_intra_op_threads(stream, self.per_stream, self.budget)
+                interpret(rest, self)
         except BaseException:
             self.fail()
             raise
+
+    def _op(self, step: Step) -> None:
+        if self.aborted:
+            raise _Aborted()
+        self.env[step.node] = run_op(self.gm, step, self.env)
+
+    def _observed_op(self, step: Step) -> None:
+        if self.aborted:
+            raise _Aborted()
+        stream, node, san = step.stream, step.node, self.san
+        if san:
+            san.before_op(stream, node)
+        t0 = time.perf_counter()
+        value = run_op(self.gm, step, self.env)
+        if self.spans is not None:
+            self.spans[node.name] = (stream, t0, time.perf_counter())
+        if san:
+            san.after_op(stream, node)
+        self.env[node] = value
+        if self.meter is not None:
+            self.meter.hold(value, t0)
+        if san:
+            san.published(stream, node)
+
+    def segment(self, seg: Segment) -> None:
+        if self.aborted:
+            raise _Aborted()
+        self.runner.segments.run(seg, self.env, self.state)
+
+    def record(self, step: Step) -> None:
+        # no op reads a token's value: nothing to allocate (an ATen call here would
+        # hand the GIL to the other stream once more)
+        if self.aborted:
+            raise _Aborted()
+        if self.san:
+            self.san.on_record(step.stream, step.node.name)
+        event = self.events.get(step.node.name)
+        if event is not None:  # a record no stream waits for needs no event
+            event.set()
+
+    def wait(self, step: Step) -> None:
+        if self.aborted:
+            raise _Aborted()
+        for token in step.tokens:
+            ev = self.events[token]
+            if not ev.is_set() and not ev.wait(self.runner.wait_timeout_s):
+                raise self.runner.wait_timed_out(step, token)
+            if self.aborted:
+                raise _Aborted()
+        if self.san:
+            self.san.on_wait(step.stream, step.tokens)
+
+    def _pop(self, values: tuple[torch.fx.Node, ...]) -> None:
+        env = self.env
+        for v in values:
+            env.pop(v, None)
+
+    def _pop_metered(self, values: tuple[torch.fx.Node, ...]) -> None:
+        for v in values:
+            self.meter.drop(self.env.pop(v, None))
 
 
 class ThreadsRunner:
@@ -286,13 +294,9 @@ class ThreadsRunner:
         #: every op)
         self.segments = SegmentRunner(gm)
         traced = trace_segments and not (self.sanitizer or record_spans or record_memory)
-        self.plan_of: dict[int, list[Step | Segment]] = {
-            k: split_segments(self.program, k) if traced else list(steps)
-            for k, steps in self.program.streams.items()}
-        for items in self.plan_of.values():
-            for item in items:
-                if isinstance(item, Segment):
-                    self.segments.prepare(item)
+        self.plan_of = self._plan(traced)
+        #: ``plan_of`` cut where each stream sets its intra-op threads
+        self.parts = {k: _until_first_op(items) for k, items in self.plan_of.items()}
         self._workers = {k: _Worker(f"autostream-{stream_label(k)}")
                          for k in self.program.side_streams}
         self._finalizer = weakref.finalize(self, _stop_all, list(self._workers.values()))
@@ -303,6 +307,16 @@ class ThreadsRunner:
         self._refusals: dict[ThreadState, str | None] = {}
         self._warned: set[str] = set()
         self._sequential: SequentialRunner | None = None
+
+    def _plan(self, traced: bool) -> dict[int, list[Step | Segment]]:
+        plan_of: dict[int, list[Step | Segment]] = {
+            k: split_segments(self.program, k) if traced else list(steps)
+            for k, steps in self.program.streams.items()}
+        for items in plan_of.values():
+            for item in items:
+                if isinstance(item, Segment):
+                    self.segments.prepare(item)
+        return plan_of
 
     def _describe_syncs(self) -> tuple[dict[str, str], dict[torch.fx.Node, str]]:
         origin: dict[str, str] = {}
@@ -335,35 +349,49 @@ class ThreadsRunner:
                 return self._on_calling_thread(refused, inputs, quiet=state.checks_only)
             call_index, self._calls = self._calls, self._calls + 1
             env = bind_inputs(self.gm, self.program, inputs)
-            caller_threads = torch.get_num_threads()
-            run = _Call(self, env, call_index, caller_threads, state)
-            futures = {k: w.submit(lambda k=k: run.run_stream(k))
-                       for k, w in self._workers.items()}
-            errors: list[BaseException] = []
-            try:
-                run.run_stream(0)
-                if run.san:
-                    found = run.san.output_violations()
-                    if found:
-                        errors.append(RaceError(found))
-                        run.fail()
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                errors.append(exc)
-            finally:
-                errors += self._join(futures)
-                if futures or torch.get_num_threads() != caller_threads:
-                    # also resets ATen's process-wide default that the workers changed
-                    torch.set_num_threads(caller_threads)
-            origin = [e for e in errors if not isinstance(e, _Aborted)]
-            if origin:
-                raise origin[0]
-            if run.spans is not None:
-                t0 = min((a for _, a, _ in run.spans.values()), default=0.0)
-                self.last_spans = {n: (s, (a - t0) * 1e6, (b - t0) * 1e6)
-                                   for n, (s, a, b) in run.spans.items()}
-            if run.meter is not None:
-                self.last_memory = run.meter.result()
+            run = _Call(self, env, call_index, torch.get_num_threads(), state)
+            self._run_streams(run)
+            self._keep_measures(run)
             return collect_outputs(self.gm, self.program, env)
+
+    def _run_streams(self, run: _Call) -> None:
+        """Stream 0 here, the others on their workers; the first error (not an abort) raised."""
+        futures = {k: w.submit(lambda k=k: run.run_stream(k)) for k, w in self._workers.items()}
+        errors: list[BaseException] = []
+        try:
+            run.run_stream(0)
+            if run.san:
+                found = run.san.output_violations()
+                if found:
+                    errors.append(RaceError(found))
+                    run.fail()
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors.append(exc)
+        finally:
+            errors += self._join(futures)
+            if futures or torch.get_num_threads() != run.budget:
+                # also resets ATen's process-wide default that the workers changed
+                torch.set_num_threads(run.budget)
+        origin = [e for e in errors if not isinstance(e, _Aborted)]
+        if origin:
+            raise origin[0]
+
+    def _keep_measures(self, run: _Call) -> None:
+        if run.spans is not None:
+            t0 = min((a for _, a, _ in run.spans.values()), default=0.0)
+            self.last_spans = {n: (s, (a - t0) * 1e6, (b - t0) * 1e6)
+                               for n, (s, a, b) in run.spans.items()}
+        if run.meter is not None:
+            self.last_memory = run.meter.result()
+
+    def wait_timed_out(self, step: Step, token: str) -> StreamWaitTimeout:
+        """The error of a wait ``step`` whose ``token`` was not published in time."""
+        return StreamWaitTimeout(
+            f"{_where(step.stream)} waited {self.wait_timeout_s:g} s at {step.node.name!r} "
+            f"for token {token!r} ({self.token_origin[token]}) before running "
+            f"{self.next_op[step.node]}; the producing stream is stuck or slower than "
+            f"wait_timeout_s"
+        )
 
     def _refusal(self, state: ThreadState) -> str | None:
         """Why the workers cannot run under the caller's ``state`` (checked once per state)."""
