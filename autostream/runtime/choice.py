@@ -9,18 +9,13 @@ whoever came first; ``trials`` timed calls per candidate in all.  Then it keeps 
 one with the smallest median time for every later call.
 
 By default every block has one timed call (``rounds = trials``): a shared machine
-has slow phases lasting several calls, and with two rounds of blocks one such phase
-could take most of a candidate's samples.  Measured on the CI VM (two chains of 8
-GEMVs, plan 1.29x faster than eager in the timed runs): with two rounds the backend
-kept eager in one of five compilations, whose plan samples were 17.5, 30.0, 14.9,
-11.3 and 11.1 ms, the first three from one block.
+has slow phases lasting several calls, and with blocks of several timed calls one
+such phase can take most of one candidate's samples and pick the wrong candidate.
 
 Why a settling time and not one warm-up call: after a call that used every intra-op
 thread, the idle OpenMP threads spin for several milliseconds and take a core from
-whatever runs next.  Measured on the 2-core CI machine (two chains of 4 GEMVs on the
-threads runtime): 11.4 ms right after an eager call, 9.9 ms after a 4 ms pause,
-6.2 ms after 8 ms, 5.1 ms after a call of its own; a candidate timed right after
-another would pay for its predecessor, which repeated calls of one model never do.
+whatever runs next, so a candidate timed right after another would pay for its
+predecessor, which repeated calls of one model never do (``docs/cpu-runtime.md``).
 Every candidate computes the same outputs, so which one answers a given call never
 changes the result.
 """

@@ -2,12 +2,10 @@
 
 Why: each op called from Python takes the GIL back when it returns.  While another
 stream also runs ops from Python, the two threads hand the GIL to each other around
-every op, and each hand-over waits for a thread to wake up (40-100 us on the 2-core
-CI VM).  Measured here: two threads each running 50 ``softmax(x @ w)`` on 4x256
-inputs ran at 0.56-0.68x the speed of running both in turn; the same ops as two
-traced TorchScript functions, which run their whole graph with the GIL released, at
-1.24-1.54x.  On the MoE block of the zoo the router's 25 us ops (``softmax``,
-``topk``) took 160-420 us each beside a side stream's matmuls.
+every op, and each hand-over waits for a thread to wake up, as long as a small op:
+two streams of small ops called from Python run slower than one, while the same ops
+as traced TorchScript functions, which run their whole graph with the GIL released,
+overlap (``docs/cpu-runtime.md``).
 
 A **segment** is a maximal run of consecutive ops of one stream between two of its
 syncs.  On its first call it runs op by op in Python (the reference), is traced with
@@ -16,14 +14,15 @@ compared with the reference, bit for bit: only a segment whose outputs are equal
 used in later calls.  It is run as many times as TorchScript's profiling executor
 takes to reach its optimised graph (profiled runs, then one that optimises), each
 run compared: the graph that later calls run is the one verified, and the first
-measured calls (``runtime.choice``) do not pay for the optimisation (measured: a
-4-GEMV segment took 12.4 ms, 5.3 ms, then 3.0-3.1 ms per call).  Never traced (they
+measured calls (``runtime.choice``) do not pay for the optimisation, which makes the
+first calls several times slower.  Never traced (they
 run op by op): segments of fewer than ``min_ops`` ops, ops that may write their
 inputs (running them twice would apply the write twice) or keep program order (RNG,
 side effects), inputs or outputs that are not tensors, inputs recording autograd
 history, and anything ``torch.jit.trace`` refuses.  Communication (collectives,
 waits: ``autostream.comm``) is never part of a segment: it runs op by op, once per
-call, in the order the plan fixed (a trace would issue a collective again).  Later calls whose inputs differ in shape or dtype from the traced call's
+call, in the order the plan fixed (a trace would issue a collective again).  Later
+calls whose inputs differ in shape or dtype from the traced call's
 run op by op too (a trace may have fixed what the ops computed from them).
 """
 

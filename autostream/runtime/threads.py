@@ -22,10 +22,9 @@ caller's own count is restored after each call.  Pass ``intra_op_threads=n`` for
 fixed ``n`` per stream instead.
 
 Why fixed and not re-divided as streams block and finish: a thread that ran a
-parallel region keeps its OpenMP team spinning for a while after it; on a 2-core
-machine, changing counts mid-call (or a worker with its own 2-thread team) left
-those idle teams competing with the running ops, and measured runs were up to 4x
-slower, eager ops of the calling thread included.
+parallel region keeps its OpenMP team spinning for a while after it; changing
+counts mid-call (or a worker with a team of its own) leaves those idle teams
+competing with the running ops, eager ops of the calling thread included.
 """
 
 from __future__ import annotations
