@@ -55,6 +55,7 @@ def test_bad_budgets_name_the_option_at_construction(bad, why):
         assert why in str(info.value)
 
 
+@pytest.mark.slow
 def test_bad_budget_on_the_command_line_names_the_flag():
     out = subprocess.run(
         [sys.executable, "-m", "autostream.cli", "plan", "autostream.zoo:article_model",
@@ -121,6 +122,7 @@ def test_fan_out_model_keeps_most_of_its_speed_up_within_the_default_budget(fan_
     assert strict.memory.peak_bytes <= strict.memory.single_stream_peak_bytes
 
 
+@pytest.mark.slow
 def test_summary_and_json_carry_the_peaks(fan_out, tmp_path):
     s = _plan(fan_out, 2, 0).summary()
     assert s["peak_bytes"] <= s["single_stream_peak_bytes"] == s["memory_limit_bytes"]

@@ -89,6 +89,7 @@ def test_zoo_outputs_equal_eager(rewritten_zoo, kind):
                          expected, name)
 
 
+@pytest.mark.slow
 def test_zoo_sanitized_threads_find_no_race(rewritten_zoo):
     """Correct plans: no race flagged and identical outputs over 15 sanitized runs per model."""
     config = SanitizerConfig(seed=7, max_delay_s=0.0002, hold_s=0.001)
