@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     print(matrix("Syncs (record/wait pairs) / streams used", rows, solvers,
                  lambda r, by: f"{len(r.syncs)} / {r.schedule.streams_used}"))
     print()
-    versus = cpsat_versus_baselines(rows)
-    print(f"{versus}\n")
+    comparison = cpsat_versus_baselines(rows)
+    print(f"{comparison}\n")
     failed = [(m, r.solver, r.error) for m, rs in rows.items() for r in rs if not r.ok]
     for m, s, err in failed:
         print(f"- {m}: {s} failed: {err}")
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                      else f"[figures/{shown}](figures/{shown}) (install Graphviz for the SVG)")
                   + "\n")
     print(f"\n({time.perf_counter() - t0:.0f} s)")
-    record(__file__, versus.headlines())
+    record(__file__, comparison.headlines())
     return 1 if len(failed) == sum(len(r) for r in rows.values()) else 0
 
 

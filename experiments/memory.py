@@ -33,6 +33,7 @@ import torch
 from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
 from autostream.capture import capture
 from autostream.passes import AutoStreamPass
+from autostream.planning import Plan
 from autostream.runtime import ThreadsRunner
 from autostream.zoo import ZOO, parallel_block
 from experiments.headline import Headline, record
@@ -138,7 +139,7 @@ class Budgeted:
     budget: float | str | None
     streams: int
     row: Row
-    plan: Any
+    plan: Plan
     kept: float
 
 
