@@ -317,8 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = headline_rows(outcomes)
     args.out.write_text(render(outcomes, rows, invocation, stamp))
     print(f"wrote {args.out}", file=sys.stderr)
-    table = (f"{provenance(invocation, stamp)} Full tables: "
-             f"[experiments/RESULTS.md](experiments/RESULTS.md).\n\n{headline.markdown(rows)}")
+    table = f"{provenance(invocation, stamp)}\n\n{headline.markdown(rows)}"
     readme = args.readme or ROOT / "README.md"
     if write_readme(readme, table):
         print(f"wrote the results table of {readme}", file=sys.stderr)
