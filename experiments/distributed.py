@@ -191,7 +191,7 @@ def headlines(rows: list[Row], backend: str) -> list[Headline]:
             f"distributed {r.model} ({backend}): autostream's share of the hand-written "
             "overlap's gain", f"{shown} ({r.speedup('autostream'):.2f}x vs {ceiling:.2f}x)",
             f">= {100 * SHARE:.0f}% where that gains >= {CEILING:g}x",
-            share is not None and share >= SHARE if ceiling >= CEILING else None))
+            (share is not None and share >= SHARE) if ceiling >= CEILING else None))
     wrong = sum(r.wrong for r in rows)
     out.append(Headline(f"distributed ({len(rows)} models, every variant and rank): calls "
                         "that differ from eager", str(wrong), "0", wrong == 0))
