@@ -10,8 +10,8 @@ markdown tables (models x solvers) and writes figures into ``experiments/figures
 each model that uses several streams, with syncs, makespan and lower bound), and the
 graph dump of the article's model (``graph_article.dot``, ``.svg`` with Graphviz).
 
-    python experiments/compare_solvers.py            # ~1-2 min on 2 cores
-    python experiments/compare_solvers.py --quick    # cpsat 1 s, one random DAG
+    python -m experiments.compare_solvers            # ~1-2 min on 2 cores
+    python -m experiments.compare_solvers --quick    # cpsat 1 s, one random DAG
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from autostream import hf_zoo, zoo
@@ -28,6 +29,7 @@ from autostream.report.gantt import gantt_png
 from autostream.report.sources import problem_from_model
 from autostream.report.table import SolverResult, fmt_pct
 from autostream.solvers import SOLVERS
+from experiments.headline import Headline, record
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 ORDER = ("single", "round_robin", "tf_greedy", "opara", "critical_path", "nimble", "heft",
@@ -44,7 +46,30 @@ def models(quick: bool) -> dict[str, tuple]:
     return out
 
 
-def cpsat_versus_baselines(rows: dict[str, list[SolverResult]]) -> str:
+@dataclass(frozen=True)
+class Versus:
+    """cpsat against the baselines over the models it planned."""
+
+    models: int
+    slower: tuple[str, ...]  # models where some baseline's plan is faster than cpsat's
+    faster_than_heft: int
+
+    def __str__(self) -> str:
+        which = f" ({', '.join(self.slower)})" if self.slower else ""
+        return (f"cpsat is slower than a baseline on {len(self.slower)} of {self.models} models"
+                f"{which}, strictly faster than HEFT on {self.faster_than_heft} of "
+                f"{self.models}.")
+
+    def headlines(self) -> list[Headline]:
+        n = self.models
+        return [Headline(f"solver comparison ({n} models): models where cpsat is slower than "
+                         "a baseline", f"{len(self.slower)} of {n}", "0", not self.slower),
+                Headline(f"solver comparison ({n} models): cpsat strictly faster than HEFT",
+                         f"{self.faster_than_heft} of {n}", ">= half",
+                         2 * self.faster_than_heft >= n > 0)]
+
+
+def cpsat_versus_baselines(rows: dict[str, list[SolverResult]]) -> Versus:
     """How often cpsat is slower than some baseline, and faster than HEFT."""
     slower, faster, total = [], 0, 0
     for model, results in rows.items():
@@ -55,9 +80,7 @@ def cpsat_versus_baselines(rows: dict[str, list[SolverResult]]) -> str:
         if any(by["cpsat"] > m + 1e-6 for s, m in by.items() if s != "cpsat"):
             slower.append(model)
         faster += "heft" in by and by["cpsat"] < by["heft"] - 1e-6
-    return (f"cpsat is slower than a baseline on {len(slower)} of {total} models"
-            f"{' (' + ', '.join(slower) + ')' if slower else ''}, strictly faster than HEFT "
-            f"on {faster} of {total}.")
+    return Versus(total, tuple(slower), faster)
 
 
 def matrix(title: str, rows: dict[str, list[SolverResult]], solvers: list[str], cell) -> str:
@@ -138,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     print(matrix("Syncs (record/wait pairs) / streams used", rows, solvers,
                  lambda r, by: f"{len(r.syncs)} / {r.schedule.streams_used}"))
     print()
-    print(cpsat_versus_baselines(rows) + "\n")
+    comparison = cpsat_versus_baselines(rows)
+    print(f"{comparison}\n")
     failed = [(m, r.solver, r.error) for m, rs in rows.items() for r in rs if not r.ok]
     for m, s, err in failed:
         print(f"- {m}: {s} failed: {err}")
@@ -171,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                      else f"[figures/{shown}](figures/{shown}) (install Graphviz for the SVG)")
                   + "\n")
     print(f"\n({time.perf_counter() - t0:.0f} s)")
+    record(__file__, comparison.headlines())
     return 1 if len(failed) == sum(len(r) for r in rows.values()) else 0
 
 

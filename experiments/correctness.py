@@ -16,8 +16,8 @@ Prints markdown tables: mismatches (the target is 0), applied and lifted plans p
 model and per mode, then every mismatch, every reason a plan was not lifted and the
 cases eager itself cannot run.  Exits 1 when a case mismatches.
 
-    python experiments/correctness.py            # the full sweep (about 40 minutes on 2 cores)
-    python experiments/correctness.py --quick    # a few models, cpsat and heft
+    python -m experiments.correctness            # the full sweep (about 40 minutes on 2 cores)
+    python -m experiments.correctness --quick    # a few models, cpsat and heft
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 from autostream import hf_zoo, zoo
 from autostream.equivalence import MODES, Check, check_against_eager
 from autostream.solvers import SOLVERS
+from experiments.headline import Headline, record
 
 RUNTIMES = ("threads", "sequential")
 QUICK_MODELS = ("multihead", "running_stats", "llama:decode", "bert:none", "qwen3_moe:prefill")
@@ -112,6 +113,18 @@ def report(results: list[Result], seconds: float) -> str:
     return "\n".join(parts)
 
 
+def headlines(results: list[Result]) -> list[Headline]:
+    """Mismatches (target 0), and how many cases ran a plan on several streams / lifted."""
+    ran = [r.check for r in results if not r.check.skipped]
+    models = len({r.case.model for r in results})
+    bad = sum(bool(c.mismatch) for c in ran)
+    return [Headline(f"correctness sweep ({len(ran)} cases, {models} models): outputs that "
+                     "differ from eager", str(bad), "0", bad == 0),
+            Headline("correctness sweep: cases whose plan ran on several streams / lifted to "
+                     "Dynamo's graph", f"{sum(c.applied for c in ran)} / "
+                     f"{sum(c.lifted for c in ran)} of {len(ran)}", "informational", None)]
+
+
 def _reason_kind(why: str) -> str:
     """A refusal without the names that differ from graph to graph."""
     return re.sub(r"'[^']*'", "'...'", why)[:160]
@@ -148,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{check.skipped or check.mismatch or 'ok'} (applied "
                           f"{check.applied}, lifted {check.lifted})", file=sys.stderr, flush=True)
     print(report(results, time.perf_counter() - t0))
+    record(__file__, headlines(results))
     return 1 if any(r.check.mismatch for r in results) else 0
 
 

@@ -14,8 +14,8 @@ Prints per-op median and p90 relative error per source, side by side, raw and
 corrected by one machine-speed factor: the median measured/table ratio on exact hits,
 i.e. how much faster or slower the (shared) machine runs now than at calibration.
 
-    python experiments/cost_accuracy.py                 # calibrate fresh, ~2-3 min on 2 cores
-    python experiments/cost_accuracy.py --table cost_models/cpu.json   # judge a shipped table
+    python -m experiments.cost_accuracy                 # calibrate fresh, ~2-3 min on 2 cores
+    python -m experiments.cost_accuracy --table cost_models/cpu.json   # judge a shipped table
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from autostream.cost.free import is_free_target
 from autostream.cost.incontext import GraphTimer, graph_inputs
 from autostream.cost.signature import node_signature
 from autostream.cost.timing import no_gc
+from experiments.headline import Headline, record
 
 #: (model factory, calibrated sizes, held-out sizes)
 MODELS: dict[str, tuple[Callable[..., Any], list[dict], list[dict]]] = {
@@ -91,6 +92,17 @@ def predict_graph(cm: CostModel, gm: torch.fx.GraphModule) -> tuple[float, dict[
 def errors(pairs: Sequence[tuple[float, float]], factor: float = 1.0) -> list[float]:
     """Relative errors of (predicted, measured) pairs, predictions multiplied by ``factor``."""
     return [rel_err(p * factor, m) for p, m in pairs]
+
+
+def headline(what: str, pairs: Sequence[tuple[float, float]], drift: float,
+             target: float) -> Headline:
+    """The median relative error of ``pairs`` against ``target``, as measured (raw); the
+    drift-corrected median beside it."""
+    if not pairs:
+        return Headline(what, "no cases", f"median <= {100 * target:g}%", None)
+    raw, norm = statistics.median(errors(pairs)), statistics.median(errors(pairs, drift))
+    return Headline(what, f"{100 * raw:.1f}% (drift-corrected {100 * norm:.1f}%, "
+                    f"{len(pairs)} cases)", f"median <= {100 * target:g}%", raw <= target)
 
 
 def row(name: str, pairs: Sequence[tuple[float, float]], drift: float, target: str = "") -> str:
@@ -217,6 +229,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"    {100 * e:6.1f}%  {op}({key[:60]}) predicted {p:.1f}us measured {m:.1f}us")
     print(f"\n({time.perf_counter() - t_start:.0f} s, {torch.get_num_threads()} torch threads)",
           file=sys.stderr)
+    calibrated = [(p, m) for _, p, m, _ in whole["calibrated"]]
+    record(__file__, [
+        headline("CPU cost model: op estimates from exact table hits, error", exact, drift, 0.10),
+        headline("CPU cost model: op estimates scaled to held-out shapes, error", scaled, drift,
+                 0.30),
+        headline("CPU cost model: whole graphs at calibrated sizes, error", calibrated, drift,
+                 0.15)])
     return 0
 
 

@@ -21,9 +21,9 @@ least 5%).  ``predicted`` is the planner's speed-up over one stream and its
 predicted time against the measured one.  Every call of every variant is compared
 with eager; ``wrong`` counts the calls that differ (on any rank).
 
-    python experiments/distributed.py
-    python experiments/distributed.py --models probe --runs 40
-    python experiments/distributed.py --backend nccl --cost-table h200
+    python -m experiments.distributed
+    python -m experiments.distributed --models probe --runs 40
+    python -m experiments.distributed --backend nccl --cost-table h200
 """
 
 from __future__ import annotations
@@ -33,14 +33,15 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from autostream.comm.spawn import run_ranks  # noqa: E402
+from autostream.comm.spawn import run_ranks
+from experiments.headline import Headline, record
 
 VARIANTS = ("eager", "single", "autostream", "chosen", "ceiling")
+#: autostream's share of the hand-written overlap's gain, where that gain is CEILING or
+#: more; the predicted speed-up within PREDICTION of the measured one
+SHARE, CEILING, PREDICTION = 0.8, 1.2, 0.2
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,32 @@ def table(rows: list[Row]) -> str:
     return head + "\n".join(lines)
 
 
+def headlines(rows: list[Row], backend: str) -> list[Headline]:
+    """Per model, autostream's share of the hand-written overlap's gain (a target where the
+    overlap gains CEILING or more); the wrong calls; the prediction error."""
+    out = []
+    for r in rows:
+        ceiling, share = r.speedup("ceiling"), r.share_of_ceiling
+        shown = f"{100 * share:.0f}%" if share is not None else "-"
+        out.append(Headline(
+            f"distributed {r.model} ({backend}): autostream's share of the hand-written "
+            "overlap's gain", f"{shown} ({r.speedup('autostream'):.2f}x vs {ceiling:.2f}x)",
+            f">= {100 * SHARE:.0f}% where that gains >= {CEILING:g}x",
+            (share is not None and share >= SHARE) if ceiling >= CEILING else None))
+    wrong = sum(r.wrong for r in rows)
+    out.append(Headline(f"distributed ({len(rows)} models, every variant and rank): calls "
+                        "that differ from eager", str(wrong), "0", wrong == 0))
+    errors = {r.model: r.speedup("autostream") / r.predicted_speedup - 1.0 for r in rows}
+    if errors:
+        worst = max(errors, key=lambda m: abs(errors[m]))
+        within = sum(abs(e) <= PREDICTION for e in errors.values())
+        out.append(Headline("distributed: predicted against measured speed-up",
+                            f"{within}/{len(errors)} within; worst {100 * errors[worst]:+.0f}% "
+                            f"({worst})", f"within {100 * PREDICTION:g}%",
+                            within == len(errors)))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="probe,two_allreduces,tp_mlp,ep_moe,fsdp")
@@ -202,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.nproc} ranks on {args.backend}, cost table {cost_table}, median of {args.runs} "
           f"rounds (each call's slowest rank); speed-ups over `single`.\n")
     print(table(rows))
+    record(__file__, headlines(rows, args.backend))
     return 0 if all(r.wrong == 0 for r in rows) else 1
 
 

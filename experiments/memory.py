@@ -15,8 +15,8 @@ beside an MLP) planned with no budget, the default budget and ``0``: predicted
 speed-up over one stream, predicted and measured peak, and how much of the
 unconstrained speed-up each budget keeps.
 
-    python experiments/memory.py
-    python experiments/memory.py --quick
+    python -m experiments.memory
+    python -m experiments.memory --quick
 """
 
 from __future__ import annotations
@@ -33,14 +33,21 @@ import torch
 from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
 from autostream.capture import capture
 from autostream.passes import AutoStreamPass
+from autostream.planning import Plan
 from autostream.runtime import ThreadsRunner
 from autostream.zoo import ZOO, parallel_block
+from experiments.headline import Headline, record
 
 #: every architecture with no cache and one with each cache mode
 HF_MODELS = [("llama", "none"), ("llama", "prefill"), ("llama", "decode"),
              ("qwen3_moe", "none"), ("olmoe", "none"), ("gpt_oss", "none"),
              ("granite_moe", "none"), ("bert", "none")]
 QUICK_HF = [("llama", "prefill"), ("qwen3_moe", "none")]
+
+
+#: predicted peaks within PREDICTION of the measured; a budgeted plan keeps more than KEPT
+#: of the unconstrained plan's gain
+PREDICTION, KEPT = 0.10, 0.5
 
 
 @dataclass(frozen=True)
@@ -125,12 +132,24 @@ def prediction_table(quick: bool, streams: int, runs: int) -> list[Row]:
     return rows
 
 
-def budget_table(streams_list: list[int], runs: int, solver: str) -> None:
+@dataclass(frozen=True)
+class Budgeted:
+    """The fan-out model under one budget: its measured row, its plan, the gain it kept."""
+
+    budget: float | str | None
+    streams: int
+    row: Row
+    plan: Plan
+    kept: float
+
+
+def budget_table(streams_list: list[int], runs: int, solver: str) -> list[Budgeted]:
     print(f"### Memory budget on the fan-out model (parallel attention + MLP block, {solver} "
           "on the H200 table)\n")
     print("| streams | budget | streams used | predicted speed-up | predicted peak | rise "
           "| limit | measured peak (max) | speed-up kept | plan |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    out = []
     for streams in streams_list:
         free = None
         for budget in (None, DEFAULT_MAX_MEMORY_INCREASE, 0):
@@ -139,6 +158,7 @@ def budget_table(streams_list: list[int], runs: int, solver: str) -> None:
             free = free or plan.predicted_speedup
             gain = free - 1.0
             kept = (plan.predicted_speedup - 1.0) / gain if gain > 0 else 1.0
+            out.append(Budgeted(budget, streams, row, plan, kept))
             limit = format_bytes(m.limit_bytes) if m.limit_bytes is not None else "-"
             shown = "none" if budget is None else budget
             print(f"| {streams} | {shown} | {row.streams} | {plan.predicted_speedup:.2f}x "
@@ -146,6 +166,38 @@ def budget_table(streams_list: list[int], runs: int, solver: str) -> None:
                   f"| {format_bytes(max(row.measured))} | {100 * kept:.0f}% | {m.how} |")
     print("\nSpeed-up kept: the share of the unconstrained plan's gain over one stream "
           "(predicted speed-up - 1) that the budgeted plan keeps.")
+    return out
+
+
+def headlines(rows: list[Row], budgeted: list[Budgeted]) -> list[Headline]:
+    """The prediction error over the models; per stream count, what the default budget
+    keeps (within its limit, measured) and that budget 0 never rises above one stream."""
+    out = []
+    if rows:
+        worst = max(rows, key=lambda r: abs(r.error))
+        within = sum(abs(r.error) <= PREDICTION for r in rows)
+        out.append(Headline(f"peak memory: predicted against measured ({len(rows)} models, "
+                            "CPU threads runtime)", f"{within}/{len(rows)} within; worst "
+                            f"{100 * worst.error:+.1f}% ({worst.model})",
+                            f"within {100 * PREDICTION:g}%", within == len(rows)))
+    for b in budgeted:
+        measured = max(b.row.measured)
+        if b.budget == DEFAULT_MAX_MEMORY_INCREASE:
+            limit = b.plan.memory.limit_bytes
+            fits = limit is None or measured <= limit
+            shown = format_bytes(limit) if limit is not None else "none"
+            out.append(Headline(
+                f"fan-out model, default budget {b.budget}, {b.streams} streams: "
+                "speed-up kept, measured peak", f"{100 * b.kept:.0f}% kept; "
+                f"{format_bytes(measured)} (limit {shown})",
+                f"> {100 * KEPT:.0f}% kept, within the limit", b.kept > KEPT and fits))
+        elif b.budget == 0:
+            out.append(Headline(
+                f"fan-out model, budget 0, {b.streams} streams: measured peak "
+                "against one stream", f"{format_bytes(measured)} vs "
+                f"{format_bytes(b.row.measured_single)} ({b.row.streams} used)",
+                "never above one stream", measured <= b.row.measured_single))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,9 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--solver", default="cpsat", help="solver of the budget table")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
-    prediction_table(args.quick, args.streams, 3 if args.quick else args.runs)
-    budget_table([2] if args.quick else [2, 4], 3 if args.quick else args.runs,
-                 "heft" if args.quick else args.solver)
+    rows = prediction_table(args.quick, args.streams, 3 if args.quick else args.runs)
+    budgeted = budget_table([2] if args.quick else [2, 4], 3 if args.quick else args.runs,
+                            "heft" if args.quick else args.solver)
+    record(__file__, headlines(rows, budgeted))
     return 0
 
 

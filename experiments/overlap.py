@@ -19,37 +19,29 @@ runs it), against Dynamo's graph on one stream; ``-`` where the planner kept one
 stream or the plan could not be lifted.  Times are medians over ``--runs``
 alternating rounds, each timed call after ``--settle-ms`` of untimed calls.
 
-    python experiments/overlap.py
-    python experiments/overlap.py --models moe,two_branch_gemv --runs 40
+    python -m experiments.overlap
+    python -m experiments.overlap --models moe,two_branch_gemv --runs 40
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speedup import (  # noqa: E402
-    add_timing_arguments,
-    cell,
-    selected_models,
-    time_alternating,
-)
-
-from autostream.capture import capture  # noqa: E402
-from autostream.lift import lift_plan  # noqa: E402
-from autostream.planning import PlanOptions, load_cost_model, plan_graph  # noqa: E402
-from autostream.runtime import ThreadsRunner  # noqa: E402
-from autostream.runtime.builder import DialectBuilder, two_chains  # noqa: E402
+from autostream.capture import capture
+from autostream.lift import lift_plan
+from autostream.planning import PlanOptions, load_cost_model, plan_graph
+from autostream.runtime import ThreadsRunner
+from autostream.runtime.builder import DialectBuilder, two_chains
+from experiments.headline import Headline, record
+from experiments.speedup import add_timing_arguments, cell, selected_models, time_alternating
 
 
 def copies_on_streams(gm: torch.fx.GraphModule, streams: int) -> torch.fx.GraphModule:
@@ -168,6 +160,13 @@ def print_table(rows: list[Row]) -> None:
           "traced: speed-up of the lifted plan, the same two ways. Direct calls, no Dynamo.")
 
 
+def headlines(rows: list[Row]) -> list[Headline]:
+    """Each model's ceiling (informational: what this machine allows, not a target)."""
+    return [Headline(f"overlap ceiling, {r.model}: two copies on two CPU streams",
+                     f"{r.traced_x:.2f}x traced, {r.python_x:.2f}x ops from Python",
+                     "informational", None) for r in rows]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_timing_arguments(parser, warmup=3)
@@ -182,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name}: done", flush=True)
     print()
     print_table(rows)
+    record(__file__, headlines(rows))
     return 0
 
 

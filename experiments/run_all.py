@@ -1,16 +1,21 @@
-"""Rerun every experiment and regenerate ``experiments/RESULTS.md``.
+"""Rerun every experiment; regenerate ``experiments/RESULTS.md`` and the README's results table.
 
-Each experiment script runs as its own subprocess (``--quick`` is passed through to
-the scripts that accept it, smaller run counts to the others); its standard output becomes one section of
-``RESULTS.md``: kept as markdown when it prints markdown tables, fenced as text
-otherwise.  With ``--only``, the other experiments keep their sections from the
-previous ``RESULTS.md`` (marked "earlier run").  Figures a script writes into ``experiments/figures/`` during its run
-and does not link itself are linked under its section.  A missing script is listed
-as not run; a failing one gets its error tail, and ``run_all`` exits 1.
+Each experiment script runs as its own subprocess, ``python -m experiments.<name>``
+(``--quick`` is passed through to the scripts that accept it, smaller run counts to
+the others); its standard output becomes one section of ``RESULTS.md``: kept as
+markdown when it prints markdown tables, fenced as text otherwise.  Each script also
+records its headline rows (``experiments.headline``) in ``experiments/headlines/``;
+all of them make one table at the top of ``RESULTS.md`` and between the markers
+``<!-- results:begin -->`` and ``<!-- results:end -->`` of ``README.md`` (when both
+are there).  With ``--only``, the other experiments keep their sections and headline
+rows from earlier runs (sections marked "earlier run").  Figures a script writes into
+``experiments/figures/`` during its run and does not link itself are linked under its
+section.  A missing script is listed as not run; a failing one gets its error tail,
+and ``run_all`` exits 1.
 
-    python experiments/run_all.py            # full runs (the STG benchmark alone takes hours)
-    python experiments/run_all.py --quick    # smoke-sized runs
-    python experiments/run_all.py --only compare_solvers.py
+    python -m experiments.run_all            # full runs (the STG benchmark alone takes hours)
+    python -m experiments.run_all --quick    # smoke-sized runs
+    python -m experiments.run_all --only compare_solvers.py
 """
 
 from __future__ import annotations
@@ -26,10 +31,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from experiments import headline
+from experiments.headline import Headline
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 FIGURES = HERE / "figures"
+HEADLINES = HERE / "headlines"
 RESULTS = HERE / "RESULTS.md"
+#: the README's results table lies between these lines
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
 @dataclass(frozen=True)
@@ -131,11 +142,12 @@ def run_experiment(exp: Experiment, quick: bool, timeout_s: float) -> Outcome:
     path = HERE / exp.script
     if not path.is_file():
         return Outcome(exp, [], None, 0.0, "", "", ())
-    cmd = [sys.executable, str(path.relative_to(ROOT))]
+    cmd = [sys.executable, "-m", f"experiments.{path.stem}"]
     cmd += quick_arguments(exp, path) if quick else list(exp.full_args)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    env = {**os.environ, headline.ENV: str(HEADLINES), "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     FIGURES.mkdir(exist_ok=True)
+    headlines_of(exp).unlink(missing_ok=True)  # a failed run leaves no stale rows
     t0 = time.time()
     print(f"running {' '.join(cmd[1:])} ...", file=sys.stderr, flush=True)
     try:
@@ -218,15 +230,50 @@ def machine() -> str:
             f"Python {platform.python_version()}, torch {torch_v}, {accel}")
 
 
-def render(outcomes: list[Outcome], invocation: str) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def headlines_of(exp: Experiment) -> Path:
+    return HEADLINES / f"{Path(exp.script).stem}.json"
+
+
+def headline_rows(outcomes: list[Outcome]) -> list[Headline]:
+    """Every experiment's recorded rows, in order; a row saying so for one that ran and
+    recorded none."""
+    rows: list[Headline] = []
+    for o in outcomes:
+        path = headlines_of(o.experiment)
+        if path.is_file():
+            rows += headline.load(path)
+        elif not o.skipped:
+            failed = o.returncode not in (0, None)
+            rows.append(Headline(f"{o.experiment.title}: no headline rows recorded", o.status,
+                                 "-", False if failed else None))
+    return rows
+
+
+def provenance(invocation: str, stamp: str) -> str:
+    """The line above the headline table: command, date and machine."""
+    return (f"Measured by `python -m experiments.run_all{invocation}` on {stamp}; "
+            f"machine: {machine()}.")
+
+
+def write_readme(path: Path, table: str) -> bool:
+    """Replace what lies between the README's result markers; False when they are absent."""
+    if not path.is_file():
+        return False
+    text = path.read_text()
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        return False
+    path.write_text(f"{text[:start + len(BEGIN)]}\n{table}\n{text[end:]}")
+    return True
+
+
+def render(outcomes: list[Outcome], rows: list[Headline], invocation: str, stamp: str) -> str:
     head = [
         "# Experiment results",
         "",
-        f"Generated by `python experiments/run_all.py{invocation}` on {stamp}; "
-        "do not edit by hand, rerun the command.",
+        provenance(invocation, stamp) + " Do not edit by hand: rerun the command.",
         "",
-        f"Machine: {machine()}.",
+        headline.markdown(rows),
         "",
         "| experiment | script | status | time (s) |",
         "|---|---|---|---:|",
@@ -246,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds per script (default 7200, 900 with --quick)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="the markdown file to write")
+    ap.add_argument("--readme", type=Path, default=None,
+                    help="the README whose results table to rewrite (default: the repository's)")
     args = ap.parse_args(argv)
     known = {e.script for e in EXPERIMENTS}
     for name in args.only or []:
@@ -264,8 +313,14 @@ def main(argv: list[str] | None = None) -> int:
         outcomes.append(run_experiment(exp, args.quick, timeout_s))
     invocation = (" --quick" if args.quick else "") + (
         " --only " + " ".join(args.only) if args.only is not None else "")
-    args.out.write_text(render(outcomes, invocation))
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    rows = headline_rows(outcomes)
+    args.out.write_text(render(outcomes, rows, invocation, stamp))
     print(f"wrote {args.out}", file=sys.stderr)
+    table = f"{provenance(invocation, stamp)}\n\n{headline.markdown(rows)}"
+    readme = args.readme or ROOT / "README.md"
+    if write_readme(readme, table):
+        print(f"wrote the results table of {readme}", file=sys.stderr)
     return 0 if all(o.returncode in (0, None) for o in outcomes) else 1
 
 

@@ -10,9 +10,9 @@ optimal.  "reproducible": cases whose search stopped on CP-SAT's deterministic c
 (or proved optimality) rather than on the wall-clock cap, so the same run gives the
 same plan.
 
-    python experiments/stg_benchmark.py                        # all 1,440 cases (long)
-    python experiments/stg_benchmark.py --limit 10             # first 10 graphs of each set
-    python experiments/stg_benchmark.py --sets 50 --streams 4 --time-limit 2 --csv out.csv
+    python -m experiments.stg_benchmark                        # all 1,440 cases (long)
+    python -m experiments.stg_benchmark --limit 10             # first 10 graphs of each set
+    python -m experiments.stg_benchmark --sets 50 --streams 4 --time-limit 2 --csv out.csv
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from autostream.solvers import solve
 from autostream.stg import read_optimal_csv, read_stg
+from experiments.headline import Headline, record
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "stg"
 
@@ -89,6 +90,29 @@ def summarise(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def headlines(rows: list[dict], solver: str = "cpsat") -> list[Headline]:
+    """Per set and stream count: the mean gap to the best known makespan (target 0) and
+    how many instances reach it; then the planning time per instance over all of them."""
+    mine = [r for r in rows if r["solver"] == solver]
+    out = []
+    for graph_set, k in sorted({(r["set"], r["streams"]) for r in mine},
+                               key=lambda key: (int(key[0]), key[1])):
+        sel = [r for r in mine if (r["set"], r["streams"]) == (graph_set, k)]
+        gap = statistics.mean(r["gap"] for r in sel)
+        reached = sum(r["gap"] <= 1e-9 for r in sel)
+        out.append(Headline(
+            f"STG {graph_set} tasks, {k} streams: {solver} mean gap to the best known "
+            "(instances at it)", f"{100 * gap:.2f}% ({reached}/{len(sel)})", "0.00% (all)",
+            reached == len(sel)))
+    if mine:
+        secs = [r["seconds"] for r in mine]
+        median, worst = statistics.median(secs), max(secs)
+        out.append(Headline(f"STG: {solver} planning time per instance, median / max "
+                            f"({len(mine)} instances)", f"{median:.2f} s / {worst:.2f} s",
+                            "<= 1 s / <= 5 s", median <= 1.0 and worst <= 5.0))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="benchmark directory")
@@ -105,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = run(args.root, args.sets, args.streams, args.solvers, args.limit, args.time_limit,
                args.csv)
     print(summarise(rows))
+    record(__file__, headlines(rows))
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Shared test utilities: a uniform cost model, compile-and-compare, brute-force syncs."""
+"""Shared test utilities: a uniform cost model, compile-and-compare, brute-force syncs, an
+independent timeline check."""
 
 from __future__ import annotations
 
@@ -6,12 +7,17 @@ import itertools
 from dataclasses import dataclass
 
 import networkx as nx
+import pytest
 import torch
 import torch.fx
 
 import autostream
 from autostream.graph import is_meta_only
+from autostream.problem import SchedulingProblem
 from autostream.schedule import JOIN, Schedule
+
+BASELINES = ("single", "round_robin", "tf_greedy", "opara", "critical_path", "nimble", "heft")
+EPS = 1e-6
 
 
 @dataclass(frozen=True)
@@ -88,3 +94,23 @@ def minimum_sync_count(deps: nx.DiGraph, schedule: Schedule) -> int:
             if all(closure.has_edge(u, v) for u, v in required):
                 return k
     raise AssertionError("unreachable")
+
+
+def assert_valid(problem: SchedulingProblem, s: Schedule) -> None:
+    """The checks a verifier makes on a timeline, written independently of the simulator."""
+    g = problem.graph
+    assert set(s.stream_of) == set(g) == set(s.order)
+    assert len(s.order) == len(g)
+    assert all(0 <= k < problem.streams for k in s.stream_of.values())
+    pos = {n: i for i, n in enumerate(s.order)}
+    for u, v in g.edges:
+        assert pos[u] < pos[v], f"launch order puts {v} before its producer {u}"
+        lat = problem.sync_latency_us if s.stream_of[u] != s.stream_of[v] else 0.0
+        assert s.end[u] + lat <= s.start[v] + EPS, f"{v} starts before {u} ends (+latency)"
+    for n in g:
+        assert s.end[n] - s.start[n] >= problem.duration(n) - EPS
+    for ops in s.stream_sequences().values():
+        for a, b in itertools.pairwise(ops):
+            assert s.end[a] <= s.start[b] + EPS, f"{a} and {b} overlap on one stream"
+    assert s.makespan == pytest.approx(max(s.end.values(), default=0.0))
+    assert s.makespan >= problem.lower_bound() - EPS

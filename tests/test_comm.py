@@ -324,6 +324,7 @@ def test_fit_recovers_alpha_and_bandwidth_from_noisy_runs():
     assert (fit.share, fit.origin, fit.samples, fit.sizes) == (0.25, "measured", 24, (4096, 1 << 20))
 
 
+@pytest.mark.slow
 def test_calibrate_collectives_command_writes_link_fits(tmp_path, capsys):
     from autostream.cli import main
 

@@ -2,31 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-import pytest
-
 from autostream.equivalence import Check
-
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-
-
-@pytest.fixture(scope="module")
-def correctness():
-    spec = importlib.util.spec_from_file_location("correctness_experiment",
-                                                  EXPERIMENTS / "correctness.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
+from experiments import correctness, headline
 
 
-def test_the_report_counts_cases_and_names_each_mismatch(correctness):
+def test_the_report_counts_cases_and_names_each_mismatch():
     case = correctness.Case
     results = [
         correctness.Result(case("m", "heft", "threads", "no_grad"), Check(True, True)),
@@ -44,9 +24,13 @@ def test_the_report_counts_cases_and_names_each_mismatch(correctness):
     assert "- m / autocast_bf16: eager raised RuntimeError: no (1 cases)" in text
 
 
-def test_one_real_case_runs_and_matches(correctness, capsys):
+def test_one_real_case_runs_matches_and_records_its_headline_rows(capsys, tmp_path):
     code = correctness.main(["--models", "running_stats", "--solvers", "heft", "--modes",
                              "no_grad", "--runtimes", "threads"])
     out = capsys.readouterr().out
     assert code == 0
     assert "| running_stats | 1 | 0 | 1 | 1 | 0 |" in out
+    # the suite points AUTOSTREAM_HEADLINES at the test's directory (conftest.py)
+    mismatches, applied = headline.load(tmp_path / "headlines" / "correctness.json")
+    assert (mismatches.measured, mismatches.met) == ("0", True)
+    assert (applied.measured, applied.met) == ("1 / 1 of 1", None)

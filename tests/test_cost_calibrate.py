@@ -59,6 +59,7 @@ def test_calibrate_command_writes_a_valid_table(tmp_path, spec_file, capsys):
     assert "exact" in sources and "roofline" not in sources and "scaled" not in sources
 
 
+@pytest.mark.slow
 def test_merge_keeps_both_models(tmp_path, spec_file):
     out = tmp_path / "t.json"
     assert main(["calibrate", f"{spec_file}:tiny", "--out", str(out), *FAST]) == 0
@@ -185,6 +186,7 @@ def test_inputs_follow_the_signature_including_strides():
     assert case.sig.key == "f32[2, 3], f32[3, 4]T"
 
 
+@pytest.mark.slow
 def test_calibrated_cpu_tables_carry_the_runtime_costs(tmp_path):
     gm = make_fx(lambda x, w: torch.tanh(x @ w) + torch.relu(x @ w.t()),
                  tracing_mode="fake")(torch.ones(8, 8), torch.ones(8, 8))
@@ -238,6 +240,7 @@ def test_runtime_costs_fit_separates_segments_from_nodes():
     assert per_node == 0.0 and per_segment > 0
 
 
+@pytest.mark.slow
 def test_several_runs_keep_the_median_of_each_number(tmp_path, spec_file, capsys):
     out = tmp_path / "t.json"
     assert main(["calibrate", f"{spec_file}:tiny", "--out", str(out), "--runs", "2", *FAST]) == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
+import math
 from pathlib import Path
 
 import networkx as nx
@@ -21,9 +21,12 @@ from autostream.solvers.cpsat.pieces import cut_into_pieces
 from autostream.solvers.cpsat.stitch import PieceLayout, stitch
 from autostream.solvers.cpsat.tasks import build_tasks
 from autostream.stg import read_optimal_csv, read_stg
-from tests.test_solvers import BASELINES, assert_valid, problems
+from tests.factories import fork_join, identical_layers, model_problem, problems
+from tests.helpers import BASELINES, UniformCosts, assert_valid
 
 STG = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "stg"
+#: the fork-join branches: branch i takes 5 + i us
+BRANCHES = (5.0, 6.0, 7.0, 8.0, 9.0, 10.0)
 
 
 @settings(max_examples=25, deadline=None)
@@ -51,25 +54,11 @@ def test_cpsat_without_portfolio_still_beats_its_hint(problem):
     assert s.makespan <= solve(problem, "heft").makespan + 1e-6
 
 
-def _fork_join(width: int, share: float, latency: float = 0.0) -> SchedulingProblem:
-    g = nx.DiGraph()
-    g.add_node("src", duration=1.0, share=share, order=0)
-    g.add_node("dst", duration=1.0, share=share, order=width + 1)
-    for i in range(width):
-        g.add_node(f"b{i}", duration=5.0 + i, share=share, order=i + 1)
-        g.add_edges_from([("src", f"b{i}"), (f"b{i}", "dst")])
-    return SchedulingProblem(g, streams=4, sync_latency_us=latency)
-
-
 def test_cpsat_is_deterministic():
-    p = _fork_join(6, 0.4, latency=1.0)
-    # 5 s: with 1 s the wall-clock cap binds first on 2 cores even when idle (CP-SAT checks
-    # its deterministic limit between interleaved batches of ~0.1 deterministic seconds)
-    a, b = solve(p, "cpsat", time_limit=5.0), solve(p, "cpsat", time_limit=5.0)
-    if not (a.stats.deterministic and b.stats.deterministic):
-        # documented: on a loaded machine the wall-clock cap binds first
-        pytest.skip("CPU too loaded: CP-SAT's wall-clock cap bound before its deterministic "
-                    "limit")
+    p = fork_join(BRANCHES[:6], share=0.4, latency=1.0)
+    # the deterministic limit alone: how loaded the machine is cannot change the plan
+    a, b = (solve(p, "cpsat", time_limit=1.0, wall_clock=False, cache=False) for _ in range(2))
+    assert a.stats.deterministic and b.stats.deterministic
     assert (a.stream_of, a.order, a.makespan) == (b.stream_of, b.order, b.makespan)
 
 
@@ -82,23 +71,25 @@ def test_a_ladder_mode_stopped_by_the_wall_clock_makes_the_plan_not_reproducible
     # modes and keeps the best plan of any; one mode cut by the wall clock is enough
     # for the kept plan to vary
     real = ladder.plan_tasks
-    p = _fork_join(4, 0.4)
-    assert solve(p, "cpsat", time_limit=1.0, cache=False).stats.deterministic is True
+    p = fork_join(BRANCHES[:4], share=0.4)
+    assert solve(p, "cpsat", time_limit=1.0, cache=False,
+                 wall_clock=False).stats.deterministic is True
 
     def approximate_modes_hit_the_wall(*args, **kwargs):
         plan = real(*args, **kwargs)
         return _cut_by_the_wall(plan) if kwargs.get("approximate") else plan
 
     monkeypatch.setattr(ladder, "plan_tasks", approximate_modes_hit_the_wall)
-    assert solve(p, "cpsat", time_limit=1.0, cache=False).stats.deterministic is False
+    assert solve(p, "cpsat", time_limit=1.0, cache=False,
+                 wall_clock=False).stats.deterministic is False
 
 
 def test_no_solve_gets_a_wall_cap_short_enough_to_abort_cp_sat():
     # OR-Tools 9.15 aborts the process when a tiny wall cap stops a hinted solve
     assert clock.make_solver(0.001, 0, 8, 0.001).parameters.max_time_in_seconds >= clock.MIN_WALL_S
     # past the deadline: the window keeps its greedy plan, and the plan says the clock chose
-    tg = build_tasks(_fork_join(4, 0.0, latency=0.5))
-    plan = task_plan.plan_tasks(tg, 4, 1.0, CpsatOptions(), deadline=time.perf_counter() - 1.0)
+    tg = build_tasks(fork_join(BRANCHES[:4], share=0.0, latency=0.5))
+    plan = task_plan.plan_tasks(tg, 4, 1.0, CpsatOptions(), deadline=-math.inf)
     assert plan.windows_greedy == 1 and plan.deterministic is False and plan.found
 
 
@@ -119,26 +110,20 @@ def test_a_zoo_model_gets_the_same_plan_twice_in_one_process():
     """Two captures (new FX nodes) of a model whose ops share the device: the same plan."""
     import torch
 
-    from autostream.capture import capture
-    from autostream.planning import PlanOptions, load_cost_model, plan_graph
+    from autostream.planning import load_cost_model
     from autostream.zoo import ZOO
 
     model, inputs = ZOO["multihead"]()
     costs = load_cost_model(None)
-    plans = []
     with torch.no_grad():
-        for _ in range(2):
-            [c] = capture(model, inputs)
-            plans.append(plan_graph(c.gm, PlanOptions(), costs))  # the default 5 s
-    a, b = plans
-    if not (a.schedule.stats.deterministic and b.schedule.stats.deterministic):
-        pytest.skip("CPU too loaded: CP-SAT's wall-clock cap bound before its deterministic limit")
-    assert dict(a.schedule.stream_of) == dict(b.schedule.stream_of)
-    assert a.syncs == b.syncs
+        a, b = (solve(model_problem(model, inputs, costs, 2), "cpsat", wall_clock=False,
+                      cache=False) for _ in range(2))
+    assert a.stats.deterministic and b.stats.deterministic
+    assert dict(a.stream_of) == dict(b.stream_of) and a.order == b.order
 
 
 def test_ops_that_saturate_the_device_stay_on_one_stream():
-    p = _fork_join(4, share=1.0)
+    p = fork_join(BRANCHES[:4], share=1.0)
     s = solve(p, "cpsat", time_limit=1.0)
     assert s.streams_used == 1
     assert s.makespan == pytest.approx(p.single_stream_time())
@@ -146,7 +131,7 @@ def test_ops_that_saturate_the_device_stay_on_one_stream():
 
 
 def test_parallel_branches_without_contention_are_spread_and_proven_optimal():
-    p = _fork_join(4, share=0.0)
+    p = fork_join(BRANCHES[:4], share=0.0)
     s = solve(p, "cpsat", time_limit=2.0)
     assert s.streams_used == 4
     assert s.makespan == pytest.approx(p.lower_bound()) == pytest.approx(10.0)
@@ -166,19 +151,19 @@ def test_sync_latency_keeps_short_branches_on_the_producer_stream():
 @pytest.mark.parametrize("limit", [0, -1.0, "fast"])
 def test_time_limit_must_be_positive(limit):
     with pytest.raises(ValueError, match="time_limit must be a number of seconds > 0"):
-        solve(_fork_join(2, 0.0), "cpsat", time_limit=limit)
+        solve(fork_join(BRANCHES[:2], share=0.0), "cpsat", time_limit=limit)
 
 
 def test_bad_options_are_named():
     with pytest.raises(ValueError, match="contention must be"):
-        solve(_fork_join(2, 0.0), "cpsat", contention="fluid")
+        solve(fork_join(BRANCHES[:2], share=0.0), "cpsat", contention="fluid")
     with pytest.raises(ValueError, match="window must be an integer >= 2"):
-        solve(_fork_join(2, 0.0), "cpsat", window=1)
+        solve(fork_join(BRANCHES[:2], share=0.0), "cpsat", window=1)
 
 
 def test_a_misspelt_option_is_named_with_the_allowed_ones():
     with pytest.raises(ValueError, match=r"no option 'time_limt'; allowed: .*time_limit"):
-        solve(_fork_join(2, 0.0), "cpsat", time_limt=1.0)
+        solve(fork_join(BRANCHES[:2], share=0.0), "cpsat", time_limt=1.0)
 
 
 def test_no_solution_in_time_says_so_and_returns_the_warm_start(monkeypatch, caplog):
@@ -186,7 +171,7 @@ def test_no_solution_in_time_says_so_and_returns_the_warm_start(monkeypatch, cap
         return WindowResult("UNKNOWN", {}, {}, 0, 0, 0.0, 0.0)
 
     monkeypatch.setattr(task_plan, "solve_window", nothing)
-    p = _fork_join(4, 0.0)
+    p = fork_join(BRANCHES[:4], share=0.0)
     with caplog.at_level(logging.INFO, logger="autostream"):
         s = solve(p, "cpsat", time_limit=0.5)
     assert "found no plan" in caplog.text
@@ -196,27 +181,8 @@ def test_no_solution_in_time_says_so_and_returns_the_warm_start(monkeypatch, cap
     assert s.optimal == (s.makespan <= s.lower_bound + 1e-9)
 
 
-def _identical_layers(layers: int) -> nx.DiGraph:
-    g = nx.DiGraph()
-    prev = None
-    for layer in range(layers):  # identical layers: fork of 4 chains of 3, then a join
-        join = f"L{layer}.join"
-        g.add_node(join, duration=1.0, share=0.0, order=len(g))
-        for b in range(4):
-            last = prev
-            for k in range(3):
-                n = f"L{layer}.b{b}.{k}"
-                g.add_node(n, duration=2.0 + b, share=0.0, order=len(g))
-                if last is not None:
-                    g.add_edge(last, n)
-                last = n
-            g.add_edge(last, join)
-        prev = join
-    return g
-
-
 def test_large_graphs_are_windowed_and_repeated_blocks_reused():
-    g = _identical_layers(6)
+    g = identical_layers(6)
     p = SchedulingProblem(g, streams=4)
     s = solve(p, "cpsat", time_limit=2.0, window=8, decompose=False)
     assert s.stats.windows > 1 and s.stats.windows_reused >= 3
@@ -226,7 +192,7 @@ def test_large_graphs_are_windowed_and_repeated_blocks_reused():
 
 
 def test_layered_graphs_are_cut_at_separators_and_each_distinct_piece_solved_once():
-    g = _identical_layers(12)
+    g = identical_layers(12)
     p = SchedulingProblem(g, streams=4, sync_latency_us=0.5)
     s = solve(p, "cpsat", time_limit=2.0, window=8)
     # 12 layers, 12 joins: the first piece is layer 0 alone (no head), the others
@@ -240,16 +206,17 @@ def test_layered_graphs_are_cut_at_separators_and_each_distinct_piece_solved_onc
 
 def test_a_piece_cut_by_the_wall_clock_makes_the_whole_plan_not_reproducible(monkeypatch):
     real = ladder.plan_tasks
-    p = SchedulingProblem(_identical_layers(12), streams=4, sync_latency_us=0.5)
-    assert solve(p, "cpsat", time_limit=2.0, window=8, cache=False).stats.deterministic is True
+    p = SchedulingProblem(identical_layers(12), streams=4, sync_latency_us=0.5)
+    options = {"time_limit": 2.0, "window": 8, "cache": False, "wall_clock": False}
+    assert solve(p, "cpsat", **options).stats.deterministic is True
 
     monkeypatch.setattr(ladder, "plan_tasks", lambda *a, **k: _cut_by_the_wall(real(*a, **k)))
-    s = solve(p, "cpsat", time_limit=2.0, window=8, cache=False)
+    s = solve(p, "cpsat", **options)
     assert s.stats.pieces == 12 and s.stats.deterministic is False
 
 
 def test_pieces_partition_the_graph_and_the_bound_holds():
-    g = _identical_layers(5)
+    g = identical_layers(5)
     p = SchedulingProblem(g, streams=3, sync_latency_us=1.0)
     s = solve(p, "cpsat", time_limit=1.0, window=8)
     parts = cut_into_pieces(p)
@@ -263,7 +230,7 @@ def test_pieces_partition_the_graph_and_the_bound_holds():
 
 
 def test_each_piece_is_renumbered_so_its_head_keeps_the_stream_it_was_given():
-    g = _identical_layers(4)
+    g = identical_layers(4)
     p = SchedulingProblem(g, streams=3)
     parts = cut_into_pieces(p)
 
@@ -315,18 +282,10 @@ def test_relaxed_models_get_a_bound_without_contention(contention, caplog):
 def test_four_interleaved_workers_give_one_plan_over_repeated_solves():
     # This graph had two optimal plans, and CP-SAT's default interleave batch size
     # returned either from one solve to the next.
-    from autostream.capture import capture
-    from autostream.graph import build_op_graph
-    from autostream.planning import build_problem
     from autostream.zoo import random_dag_model
-    from tests.helpers import UniformCosts
 
-    model, inputs = random_dag_model(3530, ops=8, width=16, rows=4)
-    [c] = capture(model, inputs)
-    ops = build_op_graph(c.gm)
-    costs = UniformCosts()
-    problem = build_problem(ops, {n: costs.estimate(d["fx"]) for n, d in ops.nodes(data=True)},
-                            3, 0.0, split=True)
-    plans = {tuple(sorted(solve(problem, "cpsat", workers=4).stream_of.items()))
+    problem = model_problem(*random_dag_model(3530, ops=8, width=16, rows=4), UniformCosts(), 3)
+    plans = {tuple(sorted(solve(problem, "cpsat", workers=4, wall_clock=False,
+                                cache=False).stream_of.items()))
              for _ in range(12)}
     assert len(plans) == 1

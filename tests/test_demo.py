@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.factories import fork_join
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -71,18 +73,11 @@ def test_demo_without_the_zoo_says_so_and_exits_0(tmp_path, monkeypatch, capsys)
 
 def test_demo_without_runtime_or_cpsat_still_prints_the_table(tmp_path, monkeypatch,
                                                                capsys) -> None:
-    import networkx as nx
-
     import autostream.report.sources as sources
     import autostream.runtime
     from autostream.commands import demo
-    from autostream.problem import SchedulingProblem
 
-    g = nx.DiGraph([("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
-    for i, n in enumerate("abcd"):
-        g.add_node(n, duration=[1.0, 5.0, 5.0, 1.0][i], share=0.2, order=i,
-                   kind="aten.mm.default")
-    problem = SchedulingProblem(g, streams=2)
+    problem = fork_join([5.0, 5.0], share=0.2, streams=2)
     monkeypatch.setattr(sources, "problem_from_model",
                         lambda *a, **k: sources.Source(problem, "stub"))
     monkeypatch.delattr(autostream.runtime, "make_runner", raising=False)

@@ -9,12 +9,12 @@ timeout instead of hanging CI.
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import pytest
 import torch
 
 from autostream.comm.spawn import RanksFailed, run_ranks
+from experiments import distributed as distributed_experiment
 
 CALLS = 200
 TIMEOUT_S = 600.0
@@ -80,22 +80,8 @@ def _diverging(rank: int, world: int) -> Outcome:
         autostream.passes.plan_graph = plan_graph
 
 
-def _experiment_module():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "experiments" / "distributed.py"
-    if "distributed_experiment" in sys.modules:
-        return sys.modules["distributed_experiment"]
-    spec = importlib.util.spec_from_file_location("distributed_experiment", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def _scenarios(rank: int, world: int) -> dict[str, Outcome]:
-    experiment = _experiment_module()._rank(rank, world, ["probe"], 2, 1, "cpu",
+    experiment = distributed_experiment._rank(rank, world, ["probe"], 2, 1, "cpu",
                                              {"cost_table": "cpu", "time_limit": 1.0})
     return {
         "experiment": experiment,
@@ -173,6 +159,7 @@ def _hangs(rank: int, world: int) -> None:
         time.sleep(120)
 
 
+@pytest.mark.slow
 def test_run_ranks_kills_a_hang_and_says_so():
     with pytest.raises(RanksFailed, match="did not finish within 20 s"):
         run_ranks(_hangs, world_size=2, timeout_s=20.0)
@@ -182,6 +169,7 @@ def _raises(rank: int, world: int) -> None:
     raise ValueError(f"boom on rank {rank}")
 
 
+@pytest.mark.slow
 def test_run_ranks_reports_a_rank_that_raises():
     with pytest.raises(RanksFailed, match="boom on rank"):
         run_ranks(_raises, world_size=2, timeout_s=60.0)
@@ -189,7 +177,7 @@ def test_run_ranks_reports_a_rank_that_raises():
 
 @pytest.mark.slow
 def test_experiment_measures_every_variant_and_prints_its_table(outcomes):
-    experiment = _experiment_module()
+    experiment = distributed_experiment
     rows = experiment.rows_from_ranks(["probe"], outcomes["experiment"], runs=2)
     [row] = rows
     assert row.wrong == 0

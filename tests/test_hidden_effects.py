@@ -138,6 +138,7 @@ def test_effects_unknown_without_example_values():
         trace_call_effects(gm)
 
 
+@pytest.mark.slow
 def test_a_training_step_updates_the_buffers_and_grads_as_eager_does():
     check = check_against_eager(running_stats_model, "training", runtime="threads", **BACKEND)
     assert check.mismatch == "" and check.applied

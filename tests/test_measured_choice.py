@@ -102,6 +102,7 @@ def test_backend_measures_plan_against_eager_and_outputs_never_change():
     assert {k: len(v) for k, v in choice.samples.items()} == {"streams": 2, "eager": 2}
 
 
+@pytest.mark.slow
 def test_inductor_fallback_is_measured_too_and_outputs_never_change():
     choice, _ = _measured_choice(fallback="inductor")
     assert {k: len(v) for k, v in choice.samples.items()} == {"streams": 2, "eager": 2, "inductor": 2}

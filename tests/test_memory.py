@@ -8,7 +8,6 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from autostream.capture import capture_graphs
 from autostream.graph import build_op_graph
 from autostream.lifetimes import LaunchStep, plan_steps, release_points
 from autostream.memory import GraphMemory, launch_timeline, predict_memory
@@ -18,6 +17,7 @@ from autostream.runtime.builder import DialectBuilder
 from autostream.schedule import JOIN, Schedule, Sync
 from autostream.solvers import get_solver
 from autostream.zoo import ZOO
+from tests.factories import largest_graph
 
 aten = torch.ops.aten
 
@@ -132,7 +132,7 @@ def test_single_stream_peak_matches_torch_memory_estimator(name, monkeypatch):
     import torch._inductor.fx_passes.memory_estimator as estimator
 
     monkeypatch.setattr(estimator, "device_filter", lambda device: True)
-    gm = max(capture_graphs(*ZOO[name]()), key=lambda g: len(g.graph.nodes))
+    gm = largest_graph(*ZOO[name]())
     deps = build_op_graph(gm)
     nx.set_node_attributes(deps, 1.0, "duration")
     single = get_solver("single")(SchedulingProblem(deps, 1))

@@ -7,7 +7,6 @@ import random
 import subprocess
 import sys
 
-import networkx as nx
 import pytest
 import torch
 from hypothesis import given, settings
@@ -19,10 +18,10 @@ from autostream.capture import capture
 from autostream.memory import GraphMemory, predict_memory
 from autostream.memory_fit import FitInputs, evaluate, fit_plan
 from autostream.planning import PlanOptions, plan_graph
-from autostream.problem import SchedulingProblem
 from autostream.simulate import simulate_plan
 from autostream.solvers import get_solver
 from autostream.zoo import parallel_block
+from tests.factories import random_problem
 from tests.helpers import as_tuple
 
 
@@ -56,6 +55,7 @@ def test_bad_budgets_name_the_option_at_construction(bad, why):
         assert why in str(info.value)
 
 
+@pytest.mark.slow
 def test_bad_budget_on_the_command_line_names_the_flag():
     out = subprocess.run(
         [sys.executable, "-m", "autostream.cli", "plan", "autostream.zoo:article_model",
@@ -69,14 +69,10 @@ def test_budget_is_part_of_the_pass_identity():
 
 
 def _random_problem(seed: int, n: int, streams: int):
+    problem = random_problem(seed, n, streams=streams, max_parents=3)
     rng = random.Random(seed)
-    g = nx.DiGraph()
-    for i in range(n):
-        g.add_node(f"n{i}", duration=float(rng.randint(1, 20)), share=0.0, order=i)
-        for j in rng.sample(range(i), min(i, rng.randint(0, 3))):
-            g.add_edge(f"n{j}", f"n{i}")
-    sizes = {v: rng.choice([0, 1, 8, 64, 256, 1024]) for v in g}
-    return SchedulingProblem(g, streams), GraphMemory.from_sizes(g, sizes)
+    sizes = {v: rng.choice([0, 1, 8, 64, 256, 1024]) for v in problem.graph}
+    return problem, GraphMemory.from_sizes(problem.graph, sizes)
 
 
 @settings(max_examples=60, deadline=None)
@@ -126,6 +122,7 @@ def test_fan_out_model_keeps_most_of_its_speed_up_within_the_default_budget(fan_
     assert strict.memory.peak_bytes <= strict.memory.single_stream_peak_bytes
 
 
+@pytest.mark.slow
 def test_summary_and_json_carry_the_peaks(fan_out, tmp_path):
     s = _plan(fan_out, 2, 0).summary()
     assert s["peak_bytes"] <= s["single_stream_peak_bytes"] == s["memory_limit_bytes"]

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.utils._pytree as pytree
@@ -13,27 +9,11 @@ import torch.utils._pytree as pytree
 from autostream.capture import capture
 from autostream.runtime import ThreadsRunner, parse_program
 from autostream.zoo import ZOO
-
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-
-
-@pytest.fixture(scope="module")
-def overlap():
-    sys.path.insert(0, str(EXPERIMENTS))
-    try:
-        spec = importlib.util.spec_from_file_location("overlap_experiment",
-                                                      EXPERIMENTS / "overlap.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop("overlap_experiment", None)
-        sys.path.remove(str(EXPERIMENTS))
+from experiments import overlap
 
 
 @pytest.mark.parametrize("name", ["moe", "inception"])
-def test_two_copies_on_two_streams_compute_the_graph_twice(overlap, name):
+def test_two_copies_on_two_streams_compute_the_graph_twice(name):
     model, inputs = ZOO[name]()
     with torch.no_grad():
         [c] = capture(model, inputs)

@@ -144,6 +144,7 @@ def test_the_outcome_is_typed_and_chooses_the_log_level(caplog):
     assert {o: o.log_level for o in Outcome}[Outcome.REWRITE_REJECTED] == logging.WARNING
 
 
+@pytest.mark.slow
 def test_the_pass_works_as_an_inductor_custom_graph_pass(caplog):
     from torch._inductor.custom_graph_pass import CustomGraphPass
 

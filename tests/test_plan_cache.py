@@ -12,7 +12,7 @@ from autostream.problem import SchedulingProblem
 from autostream.solvers import solve
 from autostream.solvers.cpsat import ladder
 from autostream.solvers.cpsat.cache import ENV, PlanCache
-from tests.test_cpsat_pieces import _layers_with_weights
+from tests.factories import layers_with_weights
 
 
 def _entries(tmp_path) -> list:
@@ -27,7 +27,7 @@ def _same(a, b) -> None:
 
 
 def test_a_hit_returns_exactly_the_plan_the_solve_returned(tmp_path):
-    p = _layers_with_weights(5)
+    p = layers_with_weights(5)
     first = solve(p, "cpsat", time_limit=1.0)
     assert len(_entries(tmp_path)) == 1 and not first.stats.cache_hit
     again = solve(p, "cpsat", time_limit=1.0)
@@ -38,7 +38,7 @@ def test_a_hit_returns_exactly_the_plan_the_solve_returned(tmp_path):
 
 
 def test_a_renamed_graph_hits_and_gets_the_plan_under_its_own_names(tmp_path):
-    p = _layers_with_weights(4)
+    p = layers_with_weights(4)
     first = solve(p, "cpsat", time_limit=1.0)
     renamed = nx.relabel_nodes(p.graph, {v: f"node{i}" for i, v in enumerate(p.topo_order)})
     q = SchedulingProblem(renamed, p.streams, p.sync_latency_us)
@@ -50,7 +50,7 @@ def test_a_renamed_graph_hits_and_gets_the_plan_under_its_own_names(tmp_path):
 
 
 def test_other_options_costs_or_streams_miss(tmp_path):
-    p = _layers_with_weights(3)
+    p = layers_with_weights(3)
     solve(p, "cpsat", time_limit=1.0)
     assert not solve(p, "cpsat", time_limit=2.0).stats.cache_hit
     slower = p.graph.copy()
@@ -62,7 +62,7 @@ def test_other_options_costs_or_streams_miss(tmp_path):
 
 def test_the_cache_can_be_switched_off(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV, "off")
-    p = _layers_with_weights(3)
+    p = layers_with_weights(3)
     solve(p, "cpsat", time_limit=1.0)
     assert not solve(p, "cpsat", time_limit=1.0).stats.cache_hit
     assert _entries(tmp_path) == []
@@ -71,7 +71,7 @@ def test_the_cache_can_be_switched_off(tmp_path, monkeypatch):
 
 
 def test_a_damaged_entry_is_a_miss_and_is_replaced(tmp_path):
-    p = _layers_with_weights(3)
+    p = layers_with_weights(3)
     first = solve(p, "cpsat", time_limit=1.0)
     [entry] = _entries(tmp_path)
     entry.write_text("{not json")
@@ -85,7 +85,7 @@ def test_a_plan_the_wall_clock_cut_is_not_stored(tmp_path, monkeypatch):
     real = ladder.plan_tasks
     monkeypatch.setattr(ladder, "plan_tasks",
                         lambda *a, **k: dataclasses.replace(real(*a, **k), deterministic=False))
-    s = solve(_layers_with_weights(3), "cpsat", time_limit=1.0)
+    s = solve(layers_with_weights(3), "cpsat", time_limit=1.0)
     assert s.stats.deterministic is False
     assert _entries(tmp_path) == []
 

@@ -9,6 +9,7 @@ import random
 import re
 import shutil
 import subprocess
+from functools import partial
 
 import networkx as nx
 import pytest
@@ -26,29 +27,13 @@ from autostream.simulate import cross_stream_syncs, simulate, simulate_plan
 from autostream.solvers import SOLVERS, get_solver, solve
 from autostream.solvers.base import schedule_from_assignment
 from autostream.timeline import Timeline
+from tests import factories
 
-
-def random_problem(seed: int, nodes: int = 24, streams: int = 3, latency: float = 2.0,
-                   shares: bool = True) -> SchedulingProblem:
-    """A random DAG with durations, device shares, program order and op kinds."""
-    rng = random.Random(seed)
-    g = nx.DiGraph()
-    for i in range(nodes):
-        g.add_node(f"op{i}", duration=float(rng.randint(1, 20)),
-                   share=rng.choice([0.0, 0.3, 0.6, 1.0]) if shares else 0.0, order=i,
-                   target=f"aten.{rng.choice(['mm', 'add', 'relu', 'softmax'])}.default")
-    for j in range(1, nodes):
-        for i in rng.sample(range(j), k=min(j, rng.randint(0, 2))):
-            g.add_edge(f"op{i}", f"op{j}")
-    return SchedulingProblem(g, streams=streams, sync_latency_us=latency)
-
-
-def fork_join() -> SchedulingProblem:
-    """``a -> (b, c, d) -> e``: three independent branches."""
-    g = nx.DiGraph([("a", "b"), ("a", "c"), ("a", "d"), ("b", "e"), ("c", "e"), ("d", "e")])
-    for i, n in enumerate("abcde"):
-        g.add_node(n, duration=[2.0, 10.0, 8.0, 6.0, 1.0][i], share=0.3, order=i)
-    return SchedulingProblem(g, streams=3, sync_latency_us=1.0)
+#: a random DAG with durations, device shares, program order and op kinds
+random_problem = partial(factories.random_problem, latency=2.0, prefix="op",
+                         shares=(0.0, 0.3, 0.6, 1.0), kinds=("mm", "add", "relu", "softmax"))
+#: ``src -> (b0, b1, b2) -> dst``: three independent branches
+fork_join = partial(factories.fork_join, (10.0, 8.0, 6.0), share=0.3, streams=3, latency=1.0)
 
 
 def available_solvers() -> list[str]:
@@ -63,7 +48,7 @@ def available_solvers() -> list[str]:
 
 
 PROBLEMS = [fork_join()] + [random_problem(s) for s in range(6)] + [
-    random_problem(10, latency=0.0, shares=False), random_problem(11, nodes=40, streams=4)]
+    random_problem(10, latency=0.0, shares=(0.0,)), random_problem(11, nodes=40, streams=4)]
 
 
 # -- simulator ------------------------------------------------------------------------
@@ -111,10 +96,10 @@ def test_simulator_contention_slows_concurrent_ops() -> None:
 
 def test_sync_latency_only_on_syncs() -> None:
     p = fork_join()
-    plan = schedule_from_assignment(p, {"a": 0, "b": 0, "c": 1, "d": 2, "e": 0}, "manual")
+    plan = schedule_from_assignment(p, {"src": 0, "b0": 0, "b1": 1, "b2": 2, "dst": 0}, "manual")
     tl = simulate_plan(p, plan, syncs_for(p, plan)[0])
-    assert tl.spans["c"].start == pytest.approx(tl.spans["a"].end + 1.0)
-    assert tl.spans["b"].start == pytest.approx(tl.spans["a"].end)  # same stream: no latency
+    assert tl.spans["b1"].start == pytest.approx(tl.spans["src"].end + 1.0)
+    assert tl.spans["b0"].start == pytest.approx(tl.spans["src"].end)  # same stream: no latency
     joins = [e for e in tl.syncs if e.consumer == JOIN]
     assert all(e.consumer_stream == 0 for e in joins)
 
@@ -162,9 +147,9 @@ def test_segment_overhead_delays_each_run_between_syncs() -> None:
 
 def test_missing_sync_is_reported() -> None:
     p = fork_join()
-    plan = schedule_from_assignment(p, {"a": 0, "b": 0, "c": 1, "d": 2, "e": 0}, "manual")
-    syncs = [s for s in syncs_for(p, plan)[0] if s.consumer != "c"]
-    with pytest.raises(ValueError, match="'a' -> 'c' is not ordered"):
+    plan = schedule_from_assignment(p, {"src": 0, "b0": 0, "b1": 1, "b2": 2, "dst": 0}, "manual")
+    syncs = [s for s in syncs_for(p, plan)[0] if s.consumer != "b1"]
+    with pytest.raises(ValueError, match="'src' -> 'b1' is not ordered"):
         simulate_plan(p, plan, syncs)
 
 
@@ -283,7 +268,7 @@ def test_unknown_sync_op_is_rejected() -> None:
     p = fork_join()
     plan = solve(p, "heft")
     with pytest.raises(ValueError, match="not in the schedule"):
-        simulate_plan(p, plan, [Sync("zzz", "e")])
+        simulate_plan(p, plan, [Sync("zzz", "dst")])
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz is not installed")

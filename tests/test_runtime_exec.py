@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import torch
@@ -90,6 +89,7 @@ def test_zoo_outputs_equal_eager(rewritten_zoo, kind):
                          expected, name)
 
 
+@pytest.mark.slow
 def test_zoo_sanitized_threads_find_no_race(rewritten_zoo):
     """Correct plans: no race flagged and identical outputs over 15 sanitized runs per model."""
     config = SanitizerConfig(seed=7, max_delay_s=0.0002, hold_s=0.001)
@@ -139,8 +139,10 @@ def test_exception_in_a_stream_names_the_op(kind, stream):
 
 
 def test_wait_timeout_names_token_and_op():
+    release = threading.Event()
+
     def slow(x):
-        time.sleep(0.5)
+        release.wait()  # until the main stream's wait has timed out
         return x
 
     b = DialectBuilder()
@@ -151,11 +153,14 @@ def test_wait_timeout_names_token_and_op():
     b.wait(token)
     out = b.call(torch.ops.aten.neg.default, s)
     runner = ThreadsRunner(b.finish(out), wait_timeout_s=0.1)
-    with pytest.raises(StreamWaitTimeout, match=r"waited 0.1 s .* token 'record_default' "
-                                                 r"\(recorded on the stream_1 after 'slow'\) "
-                                                 r"before running op 'neg_default'"):
-        runner(torch.ones(2))
-    runner.close()
+    try:
+        with pytest.raises(StreamWaitTimeout, match=r"waited 0.1 s .* token 'record_default' "
+                                                     r"\(recorded on the stream_1 after 'slow'\) "
+                                                     r"before running op 'neg_default'"):
+            runner(torch.ones(2))
+    finally:
+        release.set()
+        runner.close()
 
 
 def test_workers_persist_across_calls():

@@ -75,6 +75,7 @@ def test_delays_alone_expose_the_race(wait_index):
     assert set(kinds) <= {"early", "missing value", "output"}
 
 
+@pytest.mark.slow
 def test_correct_plan_never_flagged():
     gm, inputs = fork_join(streams=3, depth=2, size=16)
     expected = gm(*inputs)

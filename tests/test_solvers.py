@@ -7,54 +7,15 @@ import itertools
 import networkx as nx
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from autostream.problem import SchedulingProblem
-from autostream.schedule import Schedule
 from autostream.solvers import SOLVERS, check_solver_name, solve
 from autostream.solvers._graphs import transitive_reduction_edges
 from autostream.solvers.critical_path import deepest_path
 from autostream.solvers.nimble import nimble_streams
 from autostream.solvers.opara import opara_launch_order
-
-BASELINES = ("single", "round_robin", "tf_greedy", "opara", "critical_path", "nimble", "heft")
-EPS = 1e-6
-
-
-def assert_valid(problem: SchedulingProblem, s: Schedule) -> None:
-    """The checks a verifier makes on a timeline, written independently of the simulator."""
-    g = problem.graph
-    assert set(s.stream_of) == set(g) == set(s.order)
-    assert len(s.order) == len(g)
-    assert all(0 <= k < problem.streams for k in s.stream_of.values())
-    pos = {n: i for i, n in enumerate(s.order)}
-    for u, v in g.edges:
-        assert pos[u] < pos[v], f"launch order puts {v} before its producer {u}"
-        lat = problem.sync_latency_us if s.stream_of[u] != s.stream_of[v] else 0.0
-        assert s.end[u] + lat <= s.start[v] + EPS, f"{v} starts before {u} ends (+latency)"
-    for n in g:
-        assert s.end[n] - s.start[n] >= problem.duration(n) - EPS
-    for ops in s.stream_sequences().values():
-        for a, b in itertools.pairwise(ops):
-            assert s.end[a] <= s.start[b] + EPS, f"{a} and {b} overlap on one stream"
-    assert s.makespan == pytest.approx(max(s.end.values(), default=0.0))
-    assert s.makespan >= problem.lower_bound() - EPS
-
-
-@st.composite
-def problems(draw, max_nodes: int = 9, shares: bool = True) -> SchedulingProblem:
-    n = draw(st.integers(1, max_nodes))
-    g = nx.DiGraph()
-    share_values = [0.0, 0.3, 0.5, 1.0] if shares else [0.0]
-    for i in range(n):
-        g.add_node(f"n{i}", duration=float(draw(st.integers(0, 9))),
-                   share=draw(st.sampled_from(share_values)), order=i)
-    for i, j in itertools.combinations(range(n), 2):
-        if draw(st.booleans()) and draw(st.booleans()):
-            g.add_edge(f"n{i}", f"n{j}")
-    return SchedulingProblem(
-        g, streams=draw(st.integers(1, 4)), sync_latency_us=draw(st.sampled_from([0.0, 1.0]))
-    )
+from tests.factories import problems
+from tests.helpers import BASELINES, assert_valid
 
 
 @settings(max_examples=40, deadline=None)

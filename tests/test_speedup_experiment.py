@@ -2,31 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-import pytest
 import torch
 
 from autostream.runtime.builder import two_chains
-
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-
-
-@pytest.fixture(scope="module")
-def speedup():
-    spec = importlib.util.spec_from_file_location("speedup_experiment", EXPERIMENTS / "speedup.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
+from experiments import speedup
 
 
-def test_plain_threads_compute_both_chains_and_restore_the_callers_threads(speedup):
+def test_plain_threads_compute_both_chains_and_restore_the_callers_threads():
     gm, inputs = two_chains(depth=3, rows=4, width=16, streams=1)
     plain = speedup._PlainThreads(inputs, depth=3)
     threads = torch.get_num_threads()

@@ -11,19 +11,8 @@ from autostream.problem import SchedulingProblem
 from autostream.schedule import JOIN, Schedule, Sync
 from autostream.solvers import solve
 from autostream.sync import compute_syncs, group_waits, recorded_producers
+from tests.factories import random_dag
 from tests.helpers import minimum_sync_count
-
-
-def _random_dag(seed: int, n: int, p: float) -> nx.DiGraph:
-    rng = random.Random(seed)
-    g = nx.DiGraph()
-    for i in range(n):
-        g.add_node(f"t{i}", duration=float(rng.randint(1, 9)), share=0.0, order=i)
-    for i in range(n):
-        for j in range(i + 1, n):
-            if rng.random() < p:
-                g.add_edge(f"t{i}", f"t{j}")
-    return g
 
 
 def _random_schedule(g: nx.DiGraph, streams: int, seed: int) -> Schedule:
@@ -36,7 +25,7 @@ def _random_schedule(g: nx.DiGraph, streams: int, seed: int) -> Schedule:
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(2, 8), p=st.floats(0.1, 0.6), streams=st.integers(2, 3))
 def test_sync_count_matches_brute_force_minimum(seed, n, p, streams):
-    g = _random_dag(seed, n, p)
+    g = random_dag(seed, n, edge_probability=p, max_duration=9)
     schedule = _random_schedule(g, streams, seed + 1)
     syncs = compute_syncs(g, schedule)
     assert len(syncs) == minimum_sync_count(g, schedule)
@@ -45,7 +34,7 @@ def test_sync_count_matches_brute_force_minimum(seed, n, p, streams):
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(2, 9))
 def test_syncs_of_heft_plans_are_minimal(seed, n):
-    g = _random_dag(seed, n, 0.3)
+    g = random_dag(seed, n, edge_probability=0.3, max_duration=9)
     schedule = solve(SchedulingProblem(g, streams=3), "heft")
     assert len(compute_syncs(g, schedule)) == minimum_sync_count(g, schedule)
 

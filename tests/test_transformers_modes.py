@@ -24,8 +24,12 @@ CASES = [  # model, cache, mode, runtime, solver
 ]
 
 
-@pytest.mark.parametrize("name,cache,mode,runtime,solver", CASES,
-                         ids=["-".join(c) for c in CASES])
+#: the case the fast subset keeps (the others take more than 2 s each)
+FAST = ("bert", "none", "inference_mode", "threads", "heft")
+
+
+@pytest.mark.parametrize("name,cache,mode,runtime,solver", [
+    pytest.param(*c, id="-".join(c), marks=() if c == FAST else pytest.mark.slow) for c in CASES])
 def test_compiled_transformers_model_equals_eager(name, cache, mode, runtime, solver):
     if name not in hf_zoo.available():
         pytest.skip(f"the installed transformers has no {name}")

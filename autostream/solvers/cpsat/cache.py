@@ -51,9 +51,10 @@ class PlanCache:
     def from_environment(cls) -> PlanCache | None:
         """The cache the environment asks for, or ``None`` when it is switched off.
 
-        >>> os.environ[ENV] = "off"; PlanCache.from_environment() is None
+        >>> from unittest import mock
+        >>> with mock.patch.dict(os.environ, {ENV: "off"}):
+        ...     PlanCache.from_environment() is None
         True
-        >>> del os.environ[ENV]
         """
         where = os.environ.get(ENV)
         if where is not None and where.strip().lower() in _OFF:

@@ -66,9 +66,11 @@ def wall_share(deadline: float, part: float, whole: float) -> float:
     wall-clock time left (at least ``MIN_WALL_S``), so that on a slow machine no step
     takes the time of the steps after it.
 
-    >>> import time
-    >>> round(wall_share(time.perf_counter() + 4.0, 1.0, 4.0) - time.perf_counter(), 1)
-    1.0
+    >>> wall_share(123.0, part=4.0, whole=4.0)  # the last step: the whole deadline
+    123.0
+    >>> left = wall_share(time.perf_counter() + 400.0, 1.0, 4.0) - time.perf_counter()
+    >>> 90.0 < left <= 100.0  # a quarter of the time left
+    True
     """
     now = time.perf_counter()
     if whole <= 0 or part >= whole:

@@ -1,0 +1,36 @@
+"""Suite-wide settings, for the tests and the doctests of ``autostream`` and ``experiments``.
+
+The suite runs strict (a planning or rewrite failure is a bug, raised, never a silent
+fallback); every test and doctest gets its own plan cache and headline directory.
+Tests marked ``slow`` (more than ~2 s) run only with ``--slow``, as CI runs them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ["AUTOSTREAM_STRICT"] = "1"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--slow", action="store_true",
+                     help="also run the tests marked slow (CI runs the whole suite)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--slow"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+
+
+@pytest.fixture(autouse=True)
+def private_state(tmp_path, monkeypatch):
+    """No test reads plans another test (or the user) stored, none writes to ~/.cache, and
+    experiments run from a test record their headline rows under the test's directory."""
+    monkeypatch.setenv("AUTOSTREAM_PLAN_CACHE", str(tmp_path / "plans"))
+    monkeypatch.setenv("AUTOSTREAM_HEADLINES", str(tmp_path / "headlines"))
