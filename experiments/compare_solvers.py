@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                                          if r.solver in ORDER else 99))
         single = next((r.schedule.makespan for r in ok if r.solver == "single"), None)
         versus = f" vs {single:,.1f} us on one stream" if single else ""
-        syncs = list(best.syncs) or list(syncs_for(problems[name], best.schedule)[0])
+        syncs = list(best.syncs) or list(syncs_for(problems[name], best.schedule))
         path = gantt_png(args.figures / f"gantt_{name}.png", problems[name], best.schedule, syncs,
                          title=f"{name}: best multi-stream plan ({best.solver}), "
                                f"{best.schedule.makespan:,.1f} us on "

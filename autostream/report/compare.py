@@ -21,8 +21,9 @@ from autostream.report.gantt import gantt_png
 from autostream.report.table import SolverResult, markdown_table
 from autostream.report.trace import write_trace
 from autostream.schedule import Schedule, Sync
-from autostream.simulate import cross_stream_syncs, simulate_plan
+from autostream.simulate import simulate_plan
 from autostream.solvers import check_solver_name, get_solver, solver_options
+from autostream.sync import compute_syncs
 from autostream.timeline import Timeline
 
 
@@ -38,19 +39,9 @@ def parse_solvers(text: str) -> list[str]:
     return [check_solver_name(n) for n in dict.fromkeys(names)]
 
 
-def syncs_for(problem: SchedulingProblem, schedule: Schedule) -> tuple[tuple[Sync, ...], str | None]:
-    """The minimal syncs of ``schedule`` (``autostream.sync.compute_syncs``).
-
-    Returns ``(syncs, note)``; the note says when the always-correct but not minimal
-    fallback (one sync per cross-stream dependence) had to be used.
-    """
-    try:
-        from autostream.sync import compute_syncs
-    except ImportError as exc:
-        return tuple(cross_stream_syncs(problem, schedule.stream_of, schedule.order)), (
-            f"autostream.sync unavailable ({exc}); one sync per cross-stream edge"
-        )
-    return tuple(compute_syncs(problem.graph, schedule)), None
+def syncs_for(problem: SchedulingProblem, schedule: Schedule) -> tuple[Sync, ...]:
+    """The minimal syncs of ``schedule`` (``autostream.sync.compute_syncs``)."""
+    return tuple(compute_syncs(problem.graph, schedule))
 
 
 def plan_solvers(
@@ -92,7 +83,7 @@ def plan_solvers(
                                         error=f"{type(exc).__name__}: {exc}"))
             continue
         seconds = time.perf_counter() - t0
-        syncs, note = syncs_for(problem, schedule)
+        syncs, note = syncs_for(problem, schedule), None
         replayed = simulate_plan(problem, schedule, syncs)
         replay = replayed.makespan
         if abs(replay - schedule.makespan) > 1e-6 * max(1.0, schedule.makespan):
