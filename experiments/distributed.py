@@ -129,7 +129,7 @@ def _calibrated(model, inputs: tuple, device, links: tuple, path: Path, rank: in
 
 
 def _rank(rank: int, world: int, names: list[str], runs: int, warmup: int, device_kind: str,
-          backend_options: dict, calibrate_into: str | None, links: tuple) -> dict:
+          backend_options: dict, calibrate_into: str | None = None, links: tuple = ()) -> dict:
     import torch
     import torch.distributed as dist
 
