@@ -18,7 +18,12 @@ before each timed call; a call's time is its slowest rank's):
 Speed-ups are over ``single``; ``of ceiling`` is autostream's gain as a share of the
 ceiling's (``(x_auto - 1) / (x_ceiling - 1)``, shown where the ceiling gains at
 least 5%).  ``predicted`` is the planner's speed-up over one stream and its
-predicted time against the measured one.  Every call of every variant is compared
+predicted time against the measured one, planned with a cost table calibrated in the run
+(on gloo): the collectives' link fits (``calibrate_collectives``) and the model's ops timed
+inside its graphs on every rank, with the ranks' own thread count and beside the other
+rank; all ranks plan with rank 0's table (``--cost-table`` plans with a given table
+instead).
+Every call of every variant is compared
 with eager; ``wrong`` counts the calls that differ (on any rank).
 
     python -m experiments.distributed
@@ -31,8 +36,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autostream.comm.spawn import run_ranks
@@ -106,8 +113,23 @@ def _prediction(planned) -> tuple[float, float, str]:
     return 1.0, plan.single_stream_us / 1e3, "one stream: " + report.reason[:60]
 
 
+def _calibrated(model, inputs: tuple, device, links: tuple, path: Path, rank: int) -> str:
+    """Every rank times ``model``'s ops inside its graphs (their collectives run together,
+    the same number of times); rank 0's table, with ``links``, is saved to ``path``, the
+    table every rank plans with (one table: one plan)."""
+    import torch.distributed as dist
+
+    from autostream.calibration import calibrate_model
+
+    table = calibrate_model(model, inputs, device, warmup=3, repeat=20, progress=False)
+    if rank == 0:
+        table.with_links(links).save(path)
+    dist.barrier()
+    return str(path)
+
+
 def _rank(rank: int, world: int, names: list[str], runs: int, warmup: int, device_kind: str,
-          backend_options: dict) -> dict:
+          backend_options: dict, calibrate_into: str | None = None, links: tuple = ()) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -118,7 +140,12 @@ def _rank(rank: int, world: int, names: list[str], runs: int, warmup: int, devic
     for name in names:
         model, make_inputs = PARALLEL_ZOO[name](rank, world)
         model = model.to(device)
-        variants, planned = _variants(model, backend_options)
+        options = dict(backend_options)
+        if calibrate_into is not None:
+            options["cost_table"] = _calibrated(
+                model, _to(make_inputs(0), device), device, links,
+                Path(calibrate_into) / f"{name}.json", rank)
+        variants, planned = _variants(model, options)
         times: dict[str, list[float]] = {v: [] for v in VARIANTS}
         wrong = 0
         with torch.no_grad():
@@ -143,11 +170,20 @@ def _rank(rank: int, world: int, names: list[str], runs: int, warmup: int, devic
 
 
 def run(names: list[str], runs: int, warmup: int, backend: str, nproc: int,
-        cost_table: str, time_limit: float, timeout_s: float = 1800.0) -> list[Row]:
+        cost_table: str, time_limit: float, timeout_s: float = 1800.0,
+        calibrate: bool = False) -> list[Row]:
+    """The rows of ``names``; with ``calibrate``, each model is planned with a table
+    calibrated in the run: its collectives' link fits and its ops on the ranks."""
+    from autostream.cost.calibrate_collectives import calibrate_collectives
+
     device = {"gloo": "cpu", "nccl": "cuda", "hccl": "npu"}[backend]
-    per_rank = run_ranks(_rank, nproc, args=(names, runs, warmup, device,
-                                            {"cost_table": cost_table, "time_limit": time_limit}),
-                         backend=backend, timeout_s=timeout_s)
+    options = {"cost_table": cost_table, "time_limit": time_limit}
+    links = tuple(calibrate_collectives(backend, nproc, timeout_s=timeout_s, progress=False)
+                  if calibrate else ())
+    with tempfile.TemporaryDirectory(prefix="autostream-distributed-") as tables:
+        per_rank = run_ranks(_rank, nproc, args=(names, runs, warmup, device, options,
+                                                tables if calibrate else None, links),
+                             backend=backend, timeout_s=timeout_s)
     return rows_from_ranks(names, per_rank, runs)
 
 
@@ -214,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl", "hccl"))
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--cost-table", default=None,
-                        help="default: cpu on gloo, h200 on nccl, ascend910b on hccl")
+                        help="plan with this table (default: on gloo, a table calibrated on the "
+                             "ranks with the cpu table's link fits; h200 on nccl, ascend910b on "
+                             "hccl)")
     parser.add_argument("--time-limit", type=float, default=2.0)
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="seconds before a hung run is killed (default 1800)")
@@ -222,11 +260,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.warmup = 8, 2
+    calibrate = args.cost_table is None and args.backend == "gloo"
     cost_table = args.cost_table or {"gloo": "cpu", "nccl": "h200", "hccl": "ascend910b"}[
         args.backend]
     rows = run(args.models.split(","), args.runs, args.warmup, args.backend, args.nproc,
-               cost_table, args.time_limit, args.timeout)
-    print(f"{args.nproc} ranks on {args.backend}, cost table {cost_table}, median of {args.runs} "
+               cost_table, args.time_limit, args.timeout, calibrate)
+    table_used = ("links and ops calibrated in the run" if calibrate
+                  else f"cost table {cost_table}")
+    print(f"{args.nproc} ranks on {args.backend}, {table_used}, median of {args.runs} "
           f"rounds (each call's slowest rank); speed-ups over `single`.\n")
     print(table(rows))
     record(__file__, headlines(rows, args.backend))

@@ -130,13 +130,17 @@ def test_ops_that_cannot_run_are_skipped_with_a_reason():
     relu = next(c for c in cases if c.sig.op == "aten.relu.default")
     data_dep = OpCase(replace(relu.sig, key="f32[u0]", approximate=True), relu.target)
     not_aten = OpCase(replace(relu.sig, op="my.fn", key="f32[4]"), lambda x: x)
-    entries, skipped = calibrate_ops([*cases, data_dep, not_aten], torch.device("cpu"),
+    # a collective alone would wait for peers that are not calling it
+    comm = OpCase(replace(relu.sig, op="_c10d_functional.all_reduce.default", key="f32[4]"),
+                  torch.ops._c10d_functional.all_reduce.default)
+    entries, skipped = calibrate_ops([*cases, data_dep, not_aten, comm], torch.device("cpu"),
                                      CpuTimer(scrub_bytes=0), warmup=0, repeat=2, progress=False)
     reasons = {s.op: s.reason for s in skipped}
     assert "boom: this kernel cannot run" in reasons["autostream_test.boom.default"]
     assert "failed on cpu" in reasons["autostream_test.boom.default"]
     assert "data-dependent" in reasons["aten.relu.default"]
     assert "not an ATen op overload" in reasons["my.fn"]
+    assert "calibrate --collectives" in reasons["_c10d_functional.all_reduce.default"]
     assert {e.op for e in entries} == {"aten.relu.default", "aten.add.Tensor"}
     # the whole graph cannot run either: its ops keep their isolated times, with a note
     table = calibrate_graphs([gm], "cpu", warmup=0, repeat=2, measure_device=False,

@@ -9,11 +9,17 @@ timeout instead of hanging CI.
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
 
 from autostream.comm.spawn import RanksFailed, run_ranks
+from autostream.passes import load_table
+from autostream.zoo_parallel import PARALLEL_ZOO
 from experiments import distributed as distributed_experiment
 
 CALLS = 200
@@ -44,7 +50,6 @@ def _run(rank: int, world: int, model_name: str, calls: int, measure: int = 0,
          **options) -> Outcome:
     import autostream
     from autostream.comm import comm_op
-    from autostream.zoo_parallel import PARALLEL_ZOO
 
     torch._dynamo.reset()
     model, make_inputs = PARALLEL_ZOO[model_name](rank, world)
@@ -80,11 +85,32 @@ def _diverging(rank: int, world: int) -> Outcome:
         autostream.passes.plan_graph = plan_graph
 
 
+def _calibrated_table(rank: int, world: int) -> dict:
+    """The experiment's in-run calibration of tp_mlp: the table every rank plans with."""
+    import torch.distributed as dist
+
+    from autostream.cost import CostTable
+
+    model, make_inputs = PARALLEL_ZOO["tp_mlp"](rank, world)
+    shared = Path(tempfile.gettempdir()) / f"autostream-test-{os.getppid()}"  # both ranks' parent
+    shared.mkdir(exist_ok=True)
+    links = load_table("cpu").table.links
+    path = distributed_experiment._calibrated(model, make_inputs(0), torch.device("cpu"), links,
+                                              shared / "tp_mlp.json", rank)
+    table = CostTable.load(path)
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(shared)
+    return {"digest": table.digest(), "ops": {e.op for e in table.entries},
+            "skipped": {s.op: s.reason for s in table.skipped}, "links": len(table.links)}
+
+
 def _scenarios(rank: int, world: int) -> dict[str, Outcome]:
     experiment = distributed_experiment._rank(rank, world, ["probe"], 2, 1, "cpu",
                                              {"cost_table": "cpu", "time_limit": 1.0})
     return {
         "experiment": experiment,
+        "calibrated": _calibrated_table(rank, world),
         # the report of issue 14: 74 of 200 calls wrong before collectives were ordered
         "two_allreduces": _run(rank, world, "two_allreduces", CALLS, cost_table="h200"),
         "tp_mlp_h200": _run(rank, world, "tp_mlp", CALLS, cost_table="h200"),
@@ -176,6 +202,14 @@ def test_run_ranks_reports_a_rank_that_raises():
 
 
 @pytest.mark.slow
+def test_the_experiments_calibrated_table_is_one_table_for_every_rank(outcomes):
+    rank0, rank1 = outcomes["calibrated"]
+    assert rank0["digest"] == rank1["digest"]  # one table: one plan
+    assert "aten.mm.default" in rank0["ops"] and rank0["links"] > 0
+    # the collectives ran inside the graph on both ranks, never alone
+    assert "calibrate --collectives" in rank0["skipped"]["_c10d_functional.all_reduce.default"]
+
+
 def test_experiment_measures_every_variant_and_prints_its_table(outcomes):
     experiment = distributed_experiment
     rows = experiment.rows_from_ranks(["probe"], outcomes["experiment"], runs=2)

@@ -58,7 +58,7 @@ PROBLEMS = [fork_join()] + [random_problem(s) for s in range(6)] + [
 def test_simulator_agrees_with_planner(solver: str, index: int) -> None:
     problem = PROBLEMS[index]
     plan = solve(problem, solver)
-    for syncs in (None, syncs_for(problem, plan)[0],
+    for syncs in (None, syncs_for(problem, plan),
                   cross_stream_syncs(problem, plan.stream_of, plan.order)):
         tl = simulate_plan(problem, plan, syncs)
         assert math.isclose(tl.makespan, plan.makespan, rel_tol=1e-9, abs_tol=1e-9)
@@ -75,7 +75,7 @@ def test_simulator_agrees_with_cpsat(index: int) -> None:
     # it returns is re-timed by the shared simulator: the replay must match exactly.
     problem = PROBLEMS[index]
     plan = solve(problem, "cpsat", time_limit=0.5)
-    tl = simulate_plan(problem, plan, syncs_for(problem, plan)[0])
+    tl = simulate_plan(problem, plan, syncs_for(problem, plan))
     assert math.isclose(tl.makespan, plan.makespan, rel_tol=1e-9, abs_tol=1e-9)
     assert tl.makespan >= problem.lower_bound() - 1e-6
     for u, v in problem.graph.edges:
@@ -97,7 +97,7 @@ def test_simulator_contention_slows_concurrent_ops() -> None:
 def test_sync_latency_only_on_syncs() -> None:
     p = fork_join()
     plan = schedule_from_assignment(p, {"src": 0, "b0": 0, "b1": 1, "b2": 2, "dst": 0}, "manual")
-    tl = simulate_plan(p, plan, syncs_for(p, plan)[0])
+    tl = simulate_plan(p, plan, syncs_for(p, plan))
     assert tl.spans["b1"].start == pytest.approx(tl.spans["src"].end + 1.0)
     assert tl.spans["b0"].start == pytest.approx(tl.spans["src"].end)  # same stream: no latency
     joins = [e for e in tl.syncs if e.consumer == JOIN]
@@ -148,7 +148,7 @@ def test_segment_overhead_delays_each_run_between_syncs() -> None:
 def test_missing_sync_is_reported() -> None:
     p = fork_join()
     plan = schedule_from_assignment(p, {"src": 0, "b0": 0, "b1": 1, "b2": 2, "dst": 0}, "manual")
-    syncs = [s for s in syncs_for(p, plan)[0] if s.consumer != "b1"]
+    syncs = [s for s in syncs_for(p, plan) if s.consumer != "b1"]
     with pytest.raises(ValueError, match="'src' -> 'b1' is not ordered"):
         simulate_plan(p, plan, syncs)
 
@@ -160,7 +160,7 @@ def test_simulator_matches_core_simulate_with_arbitrary_assignment() -> None:
         stream_of = {n: rng.randrange(p.streams) for n in p.graph}
         plan = schedule_from_assignment(p, stream_of, "random")
         start, end = simulate(p, plan.stream_of, plan.order)
-        tl = simulate_plan(p, plan, syncs_for(p, plan)[0])
+        tl = simulate_plan(p, plan, syncs_for(p, plan))
         assert tl.start == pytest.approx(start) and tl.end == pytest.approx(end)
 
 
@@ -168,7 +168,7 @@ def test_simulator_matches_core_simulate_with_arbitrary_assignment() -> None:
 
 def _plan(problem: SchedulingProblem, solver: str = "heft"):
     plan = solve(problem, solver)
-    return plan, list(syncs_for(problem, plan)[0])
+    return plan, list(syncs_for(problem, plan))
 
 
 @pytest.mark.parametrize("problem", [fork_join(), random_problem(5, nodes=30)])
@@ -328,7 +328,7 @@ def test_replay_with_minimal_syncs_equals_prediction(seed: int, streams: int,
     stream_of = {n: rng.randrange(streams) for n in problem.graph}
     plan = schedule_from_assignment(problem, stream_of, "random",
                                     order=_random_topological_order(problem, rng))
-    syncs = syncs_for(problem, plan)[0]
+    syncs = syncs_for(problem, plan)
     tl = simulate_plan(problem, plan, syncs)
     assert tl.start == pytest.approx(dict(plan.start)) and tl.end == pytest.approx(dict(plan.end))
     assert tl.output >= tl.makespan

@@ -46,6 +46,7 @@ import torch
 import torch.fx
 from tqdm import tqdm
 
+from autostream.comm.registry import DEFAULT_REGISTRY, looks_like_communication, qualified_name
 from autostream.cost.free import is_free_target
 from autostream.cost.incontext import GraphTimer
 from autostream.cost.inputs import make_inputs
@@ -91,6 +92,12 @@ def collect_ops(graphs: Iterable[torch.fx.GraphModule]) -> list[OpCase]:
 
 
 def _skip_reason(case: OpCase) -> str | None:
+    name = qualified_name(case.target)
+    if name is not None and (name in DEFAULT_REGISTRY or looks_like_communication(name)):
+        # alone it would wait for peers that are not calling it (and the contention
+        # measurement runs two copies at once); its time is its link's
+        return ("communication: timed on real ranks by `autostream calibrate --collectives`, "
+                "not alone")
     if case.sig.approximate:
         return "data-dependent shape: a symbolic size has no hint"
     if not isinstance(case.target, torch._ops.OpOverload):

@@ -2,9 +2,9 @@
 
 ``calibrate_collectives("gloo", nproc=2)`` spawns ``nproc`` ranks
 (``torch.multiprocessing``, one process group on ``backend``), times every
-collective kind at every message size (a barrier, then the collective with its
-wait; ``repeat`` timed runs after ``warmup``; each run's time is its slowest
-rank's), and fits ``time = alpha + traffic(kind, n) * bytes / bandwidth`` by least
+collective kind at every message size as compiled graphs run it (a barrier, then
+the ``_c10d_functional`` op and its ``wait_tensor``; ``repeat`` timed runs after
+``warmup``; each run's time is its slowest rank's), and fits ``time = alpha + traffic(kind, n) * bytes / bandwidth`` by least
 squares on each size's typical (lower-quartile) time, weighted for relative error
 (``cost.collectives``).  Rank 0 shows a progress
 bar.  The device share of a running transfer is measured too: a fixed run of
@@ -72,24 +72,26 @@ def _sync(device) -> None:
 
 
 def _runner(kind: str, nbytes: int, world: int, device):
-    """A callable running one ``kind`` collective of ``nbytes`` (message convention)."""
+    """A callable running one ``kind`` collective of ``nbytes`` (message convention) and
+    its wait, as compiled graphs run it: the ``_c10d_functional`` op (a fresh output
+    tensor) and ``wait_tensor``."""
 
     n = nbytes // 4
+    ops = torch.ops._c10d_functional
+    group = dist.group.WORLD.group_name
+    x = torch.ones(n, device=device)
     if kind == "all_reduce":
-        x = torch.ones(n, device=device)
-        return lambda: dist.all_reduce(x)
+        return lambda: ops.wait_tensor(ops.all_reduce(x, "sum", group))
     if kind == "all_gather":
-        x, out = torch.ones(n // world, device=device), torch.empty(n, device=device)
-        return lambda: dist.all_gather_into_tensor(out, x)
+        shard = torch.ones(n // world, device=device)
+        return lambda: ops.wait_tensor(ops.all_gather_into_tensor(shard, world, group))
     if kind == "reduce_scatter":
-        x, out = torch.ones(n, device=device), torch.empty(n // world, device=device)
-        return lambda: dist.reduce_scatter_tensor(out, x)
+        return lambda: ops.wait_tensor(ops.reduce_scatter_tensor(x, "sum", world, group))
     if kind == "all_to_all":
-        x, out = torch.ones(n, device=device), torch.empty(n, device=device)
-        return lambda: dist.all_to_all_single(out, x)
+        splits = [n // world] * world
+        return lambda: ops.wait_tensor(ops.all_to_all_single(x, splits, splits, group))
     if kind == "broadcast":
-        x = torch.ones(n, device=device)
-        return lambda: dist.broadcast(x, 0)
+        return lambda: ops.wait_tensor(ops.broadcast(x, 0, group))
     raise ValueError(f"cannot calibrate collective kind {kind!r}; choose from {MEASURED_KINDS}")
 
 
@@ -212,7 +214,7 @@ def calibrate_collectives(
     provenance = {"host": platform.node(), "platform": platform.platform(),
                   "torch": torch.__version__, "nproc": nproc, "warmup": warmup, "repeat": repeat,
                   "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                  "method": "barrier, collective, wait; slowest rank; lower quartile per "
-                            "size; least squares on relative errors of alpha + traffic * "
+                  "method": "barrier, functional collective, wait_tensor; slowest rank; "
+                            "lower quartile per size; least squares on relative errors of alpha + traffic * "
                             "bytes / bandwidth"}
     return [fit_link(samples, k, backend, nproc, measured_share, provenance) for k in kinds]
