@@ -20,9 +20,12 @@ sees the same data).  The collectives are ``torch.distributed._functional_collec
 - :func:`two_allreduces`: issue 14's report, two independent all-reduces and
   independent compute.
 
-``overlap_by_hand(model, inputs)`` runs each model with its collectives launched
-asynchronously (``async_op=True``) before the compute they can hide behind: the
-hand-written ceiling the experiment compares autostream with.
+Each model carries two hand-written overlaps, the ceilings the experiment compares
+autostream with: ``overlapped`` launches the collectives with ``torch.distributed``'s
+``async_op=True`` (in place, the usual hand-written idiom) and ``overlapped_functional``
+reorders the forward's own functional collectives: each launched where the forward
+launches it, its result first used as late as the computation allows (the tensor
+returned waits on first use), the same ops a compiled graph runs, in the same order.
 """
 
 from __future__ import annotations
@@ -91,6 +94,9 @@ class TensorParallelBlock(nn.Module):
             x = x + pa + pb
         return x
 
+    def overlapped_functional(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward(x)  # each all-reduce is used only after both are launched
+
 
 def tensor_parallel_mlp(rank: int, world: int, tokens: int = 8, hidden: int = 64,
                         inner: int = 512, layers: int = 1) -> tuple[nn.Module, Inputs]:
@@ -137,6 +143,13 @@ class ExpertParallelMoE(nn.Module):
         w3.wait()
         return x + self._combine(back, x) + shared
 
+    def overlapped_functional(self, x: torch.Tensor) -> torch.Tensor:
+        sent = ft_c.all_to_all_single(self._dispatch_buffer(x), None, None, _group())
+        partial = self.shared(x)  # hides the dispatch
+        back = ft_c.all_to_all_single(self.expert(sent), None, None, _group())
+        shared = ft_c.all_reduce(partial, "sum", _group())
+        return x + self._combine(back, x) + shared
+
 
 def expert_parallel_moe(rank: int, world: int, tokens: int = 8, hidden: int = 64,
                         inner: int = 128) -> tuple[nn.Module, Inputs]:
@@ -176,6 +189,14 @@ class FSDPBlock(nn.Module):
         dist.reduce_scatter_tensor(out, x)
         return out
 
+    def overlapped_functional(self, x: torch.Tensor) -> torch.Tensor:
+        weights = [ft_c.all_gather_single(self.shards[0], 0, _group())]
+        for i in range(len(self.shards)):
+            if i + 1 < len(self.shards):  # prefetch: hides behind this layer's matmul
+                weights.append(ft_c.all_gather_single(self.shards[i + 1], 0, _group()))
+            x = torch.tanh(x @ weights[i])
+        return ft_c.reduce_scatter_single(x, "sum", 0, _group())
+
 
 def fsdp_block(rank: int, world: int, tokens: int = 8, hidden: int = 64,
                layers: int = 3) -> tuple[nn.Module, Inputs]:
@@ -206,6 +227,12 @@ class OverlapProbe(nn.Module):
         out = self._chain(b)
         work.wait()
         return a * 0.5, out
+
+    def overlapped_functional(self, a: torch.Tensor, b: torch.Tensor
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+        reduced = ft_c.all_reduce(a, "sum", _group())
+        out = self._chain(b)
+        return reduced * 0.5, out
 
 
 def overlap_probe(rank: int, world: int, elements: int = 1 << 20, rows: int = 64,
@@ -249,6 +276,9 @@ class TwoAllReduces(nn.Module):
         wy.wait()
         return h + 1, y * 3, z
 
+    def overlapped_functional(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor):
+        return self.forward(a, b, c)  # both all-reduces are used only after the compute
+
 
 def two_allreduces(rank: int, world: int, rows: int = 32, width: int = 64
                    ) -> tuple[nn.Module, Inputs]:
@@ -266,8 +296,3 @@ PARALLEL_ZOO: dict[str, Callable[..., tuple[nn.Module, Inputs]]] = {
     "probe": overlap_probe,
     "two_allreduces": two_allreduces,
 }
-
-
-def overlap_by_hand(model: nn.Module, inputs: tuple[torch.Tensor, ...]):
-    """The model's hand-written overlap: its collectives launched async early."""
-    return model.overlapped(*inputs)
