@@ -22,6 +22,7 @@ from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule, Sync
 from autostream.simulate import simulate_plan
 from autostream.solvers import check_solver_name, get_solver
+from autostream.solvers.cpsat.options import CpsatOptions
 from autostream.stages import StageTimes, Stopwatch
 from autostream.sync import compute_syncs
 from autostream.transfers import Transfer, add_transfers, plan_transfers
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
 
 #: A plan must be predicted at least this much faster than one stream to be used.
 MIN_RELATIVE_GAIN = 0.01
+#: each re-solve of a plan over its memory budget (with ordering edges, or on fewer
+#: streams) gets this share of the first solve's time, so that a repair does not double
+#: the time of the whole plan
+RESOLVE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -210,7 +215,8 @@ def plan_graph(
         # every rank must reach the same plan: no wall-clock cut (docs/distributed.md)
         solver_options["wall_clock"] = False
     fit = FitInputs(op_graph, split_problem, GraphMemory.from_graph(gm), options.solver,
-                    solver_options, costs)
+                    _resolve_options(options.solver, solver_options, len(split_problem.graph)),
+                    costs)
     chosen = single_plan = evaluate(fit, single, problem)
     budget = options.memory_budget
     limit = budget.limit(single_plan.memory.peak_bytes) if budget is not None else None
@@ -250,6 +256,20 @@ def plan_graph(
         transfers=transfers,
         comm_notes=comm_notes,
     )
+
+
+def _resolve_options(solver: str, solver_options: Mapping[str, Any], ops: int) -> dict[str, Any]:
+    """The options of a memory repair's re-solves: a share of the first solve's time.
+
+    >>> _resolve_options("cpsat", {"time_limit": 2.0}, 100)["time_limit"]
+    1.0
+    >>> _resolve_options("heft", {}, 100)
+    {}
+    """
+    if solver != "cpsat":
+        return dict(solver_options)
+    seconds = CpsatOptions(time_limit=solver_options.get("time_limit")).seconds(ops)
+    return {**solver_options, "time_limit": RESOLVE_SHARE * seconds}
 
 
 def overlap_on_one_stream(problem: SchedulingProblem) -> Schedule:

@@ -1,4 +1,5 @@
-"""Headline rows: the few figures of each experiment that the README's results table shows.
+"""Headline rows: the few figures of each experiment atop ``RESULTS.md`` (the first, and
+how many targets are met, in the README's summary).
 
 Each experiment script ends with :func:`record`, passing rows it computed from what it
 measured in that run (``met`` compares the measured figure with the target; ``None``

@@ -5,7 +5,8 @@ Each experiment script runs as its own subprocess, ``python -m experiments.<name
 the others); its standard output becomes one section of ``RESULTS.md``: kept as
 markdown when it prints markdown tables, fenced as text otherwise.  Each script also
 records its headline rows (``experiments.headline``) in ``experiments/headlines/``;
-all of them make one table at the top of ``RESULTS.md`` and between the markers
+all of them make one table at the top of ``RESULTS.md``, and a summary (per
+experiment: its targets met and its first row) goes between the markers
 ``<!-- results:begin -->`` and ``<!-- results:end -->`` of ``README.md`` (when both
 are there).  With ``--only``, the other experiments keep their sections and headline
 rows from earlier runs (sections marked "earlier run").  Figures a script writes into
@@ -234,19 +235,45 @@ def headlines_of(exp: Experiment) -> Path:
     return HEADLINES / f"{Path(exp.script).stem}.json"
 
 
-def headline_rows(outcomes: list[Outcome]) -> list[Headline]:
-    """Every experiment's recorded rows, in order; a row saying so for one that ran and
+def headline_groups(outcomes: list[Outcome]) -> list[tuple[Outcome, list[Headline]]]:
+    """Each experiment's recorded rows, in order; a row saying so for one that ran and
     recorded none."""
-    rows: list[Headline] = []
+    groups: list[tuple[Outcome, list[Headline]]] = []
     for o in outcomes:
         path = headlines_of(o.experiment)
         if path.is_file():
-            rows += headline.load(path)
+            groups.append((o, headline.load(path)))
         elif not o.skipped:
             failed = o.returncode not in (0, None)
-            rows.append(Headline(f"{o.experiment.title}: no headline rows recorded", o.status,
-                                 "-", False if failed else None))
-    return rows
+            groups.append((o, [Headline(f"{o.experiment.title}: no headline rows recorded",
+                                        o.status, "-", False if failed else None)]))
+    return groups
+
+
+def headline_rows(outcomes: list[Outcome]) -> list[Headline]:
+    """Every experiment's rows in one list (the table atop ``RESULTS.md``)."""
+    return [row for _, rows in headline_groups(outcomes) for row in rows]
+
+
+def summary_table(outcomes: list[Outcome]) -> str:
+    """The README's table: per experiment, its targets met and its first row.
+
+    >>> e = Experiment("x.py", "X", "")
+    >>> o = Outcome(e, [], 0, 1.0, "", "", ())
+    >>> print(summary_table([o]))  # doctest: +NORMALIZE_WHITESPACE
+    | experiment | targets met | first figure |
+    |---|---|---|
+    | X | - | X: no headline rows recorded: ok |
+    """
+    lines = ["| experiment | targets met | first figure |", "|---|---|---|"]
+    for o, rows in headline_groups(outcomes):
+        judged = [r.met for r in rows if r.met is not None]
+        met = f"{sum(judged)} of {len(judged)}" if judged else "-"
+        first = rows[0]
+        target = f" (target {first.target})" if first.target not in ("-", "") else ""
+        cell = f"{first.what}: {first.measured}{target}".replace("|", "\\|")
+        lines.append(f"| {o.experiment.title} | {met} | {cell} |")
+    return "\n".join(lines)
 
 
 def provenance(invocation: str, stamp: str) -> str:
@@ -317,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = headline_rows(outcomes)
     args.out.write_text(render(outcomes, rows, invocation, stamp))
     print(f"wrote {args.out}", file=sys.stderr)
-    table = f"{provenance(invocation, stamp)}\n\n{headline.markdown(rows)}"
+    table = (f"{provenance(invocation, stamp)} Every row, and every target: "
+             f"[experiments/RESULTS.md](experiments/RESULTS.md).\n\n{summary_table(outcomes)}")
     readme = args.readme or ROOT / "README.md"
     if write_readme(readme, table):
         print(f"wrote the results table of {readme}", file=sys.stderr)

@@ -63,7 +63,7 @@ def test_run_all_writes_sections_links_figures_and_reports_failures(experiments_
         assert text.count(title) == 1
 
 
-def test_headline_rows_make_one_table_atop_results_and_in_the_readme(experiments_dir,
+def test_headline_rows_make_one_table_atop_results_and_a_summary_in_the_readme(experiments_dir,
                                                                      tmp_path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text(README)
@@ -85,7 +85,14 @@ def test_headline_rows_make_one_table_atop_results_and_in_the_readme(experiments
     text = readme.read_text()
     before, after = README.split("old table\n")
     assert text.startswith(before) and text.endswith(after) and "old table" not in text
-    assert table in text and "machine: test machine" in text
+    assert table not in text and "machine: test machine" in text
+    # the README: per experiment, its targets met and its first row
+    assert "\n".join([
+        "| experiment | targets met | first figure |", "|---|---|---|",
+        "| Table | 1 of 1 | speed-up: 1.50x (target >= 1.3x) |",
+        "| Text | - | Text: no headline rows recorded: ok |",
+        "| Broken | 0 of 1 | Broken: no headline rows recorded: failed (1) |",
+        "| Absent | - | Absent: no headline rows recorded: not run (missing) |"]) in text
     assert json.loads((experiments_dir / "headlines" / "table.json").read_text())[0] == {
         "what": "speed-up", "measured": "1.50x", "target": ">= 1.3x", "met": True}
 
