@@ -32,6 +32,7 @@ from typing import Any
 import networkx as nx
 
 from autostream.budget import format_bytes
+from autostream.comm.affinity import waits_with_launches
 from autostream.memory import (
     GraphMemory,
     MemoryProfile,
@@ -133,10 +134,14 @@ def evaluate(inputs: FitInputs, schedule: Schedule, problem: SchedulingProblem,
     """``schedule`` with its syncs (ordering edges included), predicted time and memory.
 
     ``retime``: the edges were added after solving; the schedule's times are
-    recomputed with them.  Memory is laid on the simulated run on CPU and on the
+    recomputed with them (as they are when a collective's wait moves to the stream that
+    launched it, ``comm.affinity``).  Memory is laid on the simulated run on CPU and on the
     launch order on an accelerator (its caching allocator counts on the host, at
     launch).
     """
+    held = waits_with_launches(inputs.deps, schedule)
+    if held is not schedule:
+        schedule, retime = held, True
     if schedule.streams_used <= 1:
         timeline, syncs = Timeline.from_schedule(schedule), ()
         predicted = schedule.makespan

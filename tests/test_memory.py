@@ -129,7 +129,8 @@ def test_values_without_fake_tensors_are_counted_as_unknown():
 
 @pytest.mark.parametrize("name", sorted(ZOO))
 def test_single_stream_peak_matches_torch_memory_estimator(name, monkeypatch):
-    import torch._inductor.fx_passes.memory_estimator as estimator
+    estimator = pytest.importorskip("torch._inductor.fx_passes.memory_estimator",
+                                    reason="this torch has no memory estimator to compare with")
 
     monkeypatch.setattr(estimator, "device_filter", lambda device: True)
     gm = largest_graph(*ZOO[name]())

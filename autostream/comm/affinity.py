@@ -1,0 +1,72 @@
+"""A collective's wait runs on the stream that launched it.
+
+A functional collective registers its in-flight work under its output's storage, and
+``wait_tensor`` looks the work up there.  Until pytorch/pytorch#171614 (2026) the
+registry was per host thread: a wait issued from another thread than the launch found
+nothing, returned at once, and its readers saw the unreduced buffer.  The threads
+runtime runs each stream on its own thread, so with such a torch a plan that waits on
+another stream than it launched computes wrong values (measured on torch 2.6: 68 and
+189 of 200 calls wrong).  Keeping every wait on its launch's stream is correct with
+every torch and every runtime, and costs little: the readers on other streams follow
+the wait through a sync, as they follow any op.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+import networkx as nx
+import torch.fx
+
+from autostream.comm.ops import comm_op
+from autostream.schedule import Schedule
+
+
+def launch_of_wait(wait: torch.fx.Node) -> torch.fx.Node | None:
+    """The collective launch whose result ``wait`` waits for (through ``getitem`` of a
+    coalesced result), or ``None`` when ``wait`` is no wait or its input is no launch."""
+    op = comm_op(wait)
+    if op is None or op.role != "wait" or not wait.args or not isinstance(wait.args[0], torch.fx.Node):
+        return None
+    source = wait.args[0]
+    while source.op == "call_function" and getattr(source.target, "__name__", "") == "getitem":
+        if not source.args or not isinstance(source.args[0], torch.fx.Node):
+            return None
+        source = source.args[0]
+    launch = comm_op(source)
+    return source if launch is not None and launch.role == "collective" else None
+
+
+def waits_with_launches(deps: nx.DiGraph, schedule: Schedule) -> Schedule:
+    """``schedule`` with every collective's wait moved to its launch's stream (the same
+    schedule when none moves); the launch order is kept, the times are stale.
+
+    >>> import torch
+    >>> from autostream.graph import build_op_graph
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> f = torch.ops._c10d_functional
+    >>> gm = make_fx(lambda x: f.wait_tensor(f.all_reduce(x, "sum", "0")) + 1,
+    ...              tracing_mode="fake")(torch.ones(4))
+    >>> deps = build_op_graph(gm)
+    >>> names = [n for n in deps]
+    >>> s = Schedule("x", {"all_reduce": 0, "wait_tensor": 1, "add": 1}, tuple(names),
+    ...              {}, {}, 0.0, 0.0)
+    >>> dict(waits_with_launches(deps, s).stream_of)
+    {'all_reduce': 0, 'wait_tensor': 0, 'add': 1}
+    """
+    moved: dict[str, int] = {}
+    for name, data in deps.nodes(data=True):
+        node = data.get("fx")
+        if node is None or name not in schedule.stream_of:
+            continue
+        launch = launch_of_wait(node)
+        if launch is None or launch.name not in schedule.stream_of:
+            continue
+        home = schedule.stream_of[launch.name]
+        if home >= 0 and schedule.stream_of[name] != home:
+            moved[name] = home
+    if not moved:
+        return schedule
+    stream_of: Mapping[str, int] = {**schedule.stream_of, **moved}
+    return dataclasses.replace(schedule, stream_of=stream_of, optimal=False)
