@@ -13,7 +13,8 @@ first step that yields one within budget:
    graph again with those edges as dependences (it may order it better);
 2. the fast heuristic solvers' plans, as they are and (the fastest ones) repaired
    with ordering edges;
-3. the same solver on fewer streams, as it is and repaired;
+3. the same solver on fewer streams, as it is and repaired (also when what fitted
+   keeps less than ``KEEP_GAIN`` of the unconstrained plan's gain);
 4. one stream, within every budget (the budget is an increase over its peak).
 
 Of the plans that fit, the fastest predicted one is used when it still beats one
@@ -62,6 +63,9 @@ EVALUATION_BUDGET = 20_000
 MIN_EVALUATIONS = 16
 #: over-budget fallback plans that are repaired too (the fastest ones)
 REPAIRED_FALLBACKS = 2
+#: a fitting plan that keeps less than this share of the unconstrained plan's gain over
+#: one stream sends the search on to fewer streams as well (step 3)
+KEEP_GAIN = 0.5
 #: live storages at the peak considered for an edge (the largest)
 PEAK_CANDIDATES = 16
 #: heuristic solvers whose plans replace one that cannot be repaired (fast, no search)
@@ -169,8 +173,15 @@ def fit_plan(inputs: FitInputs, candidate: Candidate, single: Candidate, limit: 
              f"the budget of {format_bytes(limit)} (one stream: "
              f"{format_bytes(single.memory.peak_bytes)})"]
     bar = single.predicted_us * (1 - min_gain)
-    fits = [c for c in _attempts(inputs, candidate, limit) if c.schedule.streams_used > 1
-            and c.memory.peak_bytes <= limit and c.predicted_us < bar]
+    evals = _Evaluations(max(MIN_EVALUATIONS, EVALUATION_BUDGET // max(1, len(inputs.deps))))
+    tried, fewer_tried = _attempts(inputs, candidate, limit, evals)
+    fits = [c for c in tried if _fits(c, limit) and c.predicted_us < bar]
+    kept = KEEP_GAIN * (single.predicted_us - candidate.predicted_us)
+    if not fewer_tried and (not fits or single.predicted_us - min(
+            c.predicted_us for c in fits) < kept):
+        # what fits keeps little of the gain: fewer streams may keep more within budget
+        fits += [c for c in _fewer_streams(inputs, limit, evals)
+                 if _fits(c, limit) and c.predicted_us < bar]
     if not fits:
         notes.append("no repair fits the budget and beats one stream; keeping one stream")
         return replace(single, how="one stream (memory budget)"), notes
@@ -180,9 +191,10 @@ def fit_plan(inputs: FitInputs, candidate: Candidate, single: Candidate, limit: 
     return best, notes
 
 
-def _attempts(inputs: FitInputs, candidate: Candidate, limit: int) -> list[Candidate]:
-    """Steps 1-3 of the module docstring, stopping at the first step that fits."""
-    evals = _Evaluations(max(MIN_EVALUATIONS, EVALUATION_BUDGET // max(1, len(inputs.deps))))
+def _attempts(inputs: FitInputs, candidate: Candidate, limit: int, evals: _Evaluations
+              ) -> tuple[list[Candidate], bool]:
+    """Steps 1-3 of the module docstring, stopping at the first step that fits; and
+    whether step 3 (fewer streams) ran."""
     repaired = repair(inputs, candidate, limit, evals)
     tried = [repaired]
     if repaired.memory.peak_bytes <= limit:
@@ -191,7 +203,7 @@ def _attempts(inputs: FitInputs, candidate: Candidate, limit: int) -> list[Candi
             schedule = _solve(inputs.solver, problem, inputs.solver_options)
             tried.append(evaluate(inputs, schedule, problem, repaired.edges,
                                   f"{inputs.solver} with {len(repaired.edges)} ordering edge(s)"))
-        return tried
+        return tried, False
     others = [evaluate(inputs, _solve(name, inputs.problem, {}), inputs.problem, how=name)
               for name in FALLBACK_SOLVERS if name != inputs.solver]
     tried += others
@@ -199,7 +211,13 @@ def _attempts(inputs: FitInputs, candidate: Candidate, limit: int) -> list[Candi
                   key=lambda c: c.predicted_us)
     tried += [repair(inputs, c, limit, evals) for c in over[:REPAIRED_FALLBACKS]]
     if any(_fits(c, limit) for c in tried):
-        return tried
+        return tried, False
+    return tried + _fewer_streams(inputs, limit, evals), True
+
+
+def _fewer_streams(inputs: FitInputs, limit: int, evals: _Evaluations) -> list[Candidate]:
+    """Step 3: the solver on each smaller stream count (down to 2), as is and repaired."""
+    tried: list[Candidate] = []
     for streams in range(inputs.problem.streams - 1, 1, -1):
         problem = replace(inputs.problem, streams=streams)
         schedule = _solve(inputs.solver, problem, inputs.solver_options)
