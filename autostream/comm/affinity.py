@@ -1,14 +1,12 @@
 """A collective's wait runs on the stream that launched it.
 
 A functional collective registers its in-flight work under its output's storage, and
-``wait_tensor`` looks the work up there.  Until pytorch/pytorch#171614 (2026) the
-registry was per host thread: a wait issued from another thread than the launch found
-nothing, returned at once, and its readers saw the unreduced buffer.  The threads
-runtime runs each stream on its own thread, so with such a torch a plan that waits on
-another stream than it launched computes wrong values (measured on torch 2.6: 68 and
-189 of 200 calls wrong).  Keeping every wait on its launch's stream is correct with
-every torch and every runtime, and costs little: the readers on other streams follow
-the wait through a sync, as they follow any op.
+``wait_tensor`` looks the work up there.  Until pytorch/pytorch#171614 the registry was
+per host thread: a wait issued from another thread than the launch found nothing and
+returned at once, so on the threads runtime (a thread per stream) a wait on another
+stream than its launch let readers see the unreduced buffer.  Keeping every wait on
+its launch's stream is correct with every torch and runtime; readers on other streams
+follow the wait through a sync, as they follow any op (docs/distributed.md).
 """
 
 from __future__ import annotations
