@@ -28,12 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import networkx as nx
 
 from autostream.budget import format_bytes
-from autostream.comm.affinity import waits_with_launches
+from autostream.comm.affinity import launches_of_waits, waits_with_launches
 from autostream.memory import (
     GraphMemory,
     MemoryProfile,
@@ -96,6 +97,11 @@ class FitInputs:
     solver_options: Mapping[str, Any] = field(default_factory=dict)
     costs: RuntimeCosts = RuntimeCosts()
 
+    @cached_property
+    def launch_of_wait(self) -> dict[str, str]:
+        """Each collective wait -> its launch (``comm.affinity``), found once per graph."""
+        return launches_of_waits(self.deps)
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -143,7 +149,7 @@ def evaluate(inputs: FitInputs, schedule: Schedule, problem: SchedulingProblem,
     launch order on an accelerator (its caching allocator counts on the host, at
     launch).
     """
-    held = waits_with_launches(inputs.deps, schedule)
+    held = waits_with_launches(schedule, inputs.launch_of_wait)
     if held is not schedule:
         schedule, retime = held, True
     if schedule.streams_used <= 1:

@@ -36,9 +36,8 @@ def launch_of_wait(wait: torch.fx.Node) -> torch.fx.Node | None:
     return source if launch is not None and launch.role == "collective" else None
 
 
-def waits_with_launches(deps: nx.DiGraph, schedule: Schedule) -> Schedule:
-    """``schedule`` with every collective's wait moved to its launch's stream (the same
-    schedule when none moves); the launch order is kept, the times are stale.
+def launches_of_waits(deps: nx.DiGraph) -> dict[str, str]:
+    """Each collective wait of a dependence graph (``graph.build_op_graph``) -> its launch.
 
     >>> import torch
     >>> from autostream.graph import build_op_graph
@@ -46,25 +45,32 @@ def waits_with_launches(deps: nx.DiGraph, schedule: Schedule) -> Schedule:
     >>> f = torch.ops._c10d_functional
     >>> gm = make_fx(lambda x: f.wait_tensor(f.all_reduce(x, "sum", "0")) + 1,
     ...              tracing_mode="fake")(torch.ones(4))
-    >>> deps = build_op_graph(gm)
-    >>> names = [n for n in deps]
-    >>> s = Schedule("x", {"all_reduce": 0, "wait_tensor": 1, "add": 1}, tuple(names),
-    ...              {}, {}, 0.0, 0.0)
-    >>> dict(waits_with_launches(deps, s).stream_of)
-    {'all_reduce': 0, 'wait_tensor': 0, 'add': 1}
+    >>> launches_of_waits(build_op_graph(gm))
+    {'wait_tensor': 'all_reduce'}
     """
-    moved: dict[str, int] = {}
+    out: dict[str, str] = {}
     for name, data in deps.nodes(data=True):
         node = data.get("fx")
-        if node is None or name not in schedule.stream_of:
-            continue
-        launch = launch_of_wait(node)
-        if launch is None or launch.name not in schedule.stream_of:
-            continue
-        home = schedule.stream_of[launch.name]
-        if home >= 0 and schedule.stream_of[name] != home:
-            moved[name] = home
+        launch = launch_of_wait(node) if node is not None else None
+        if launch is not None and launch.name in deps:
+            out[name] = launch.name
+    return out
+
+
+def waits_with_launches(schedule: Schedule, launch_of: Mapping[str, str]) -> Schedule:
+    """``schedule`` with every wait of ``launch_of`` (:func:`launches_of_waits`) moved to
+    its launch's stream (the same schedule when none moves); the launch order is kept,
+    the times are stale.
+
+    >>> s = Schedule("x", {"ar": 0, "wait": 1, "add": 1}, ("ar", "wait", "add"), {}, {},
+    ...              0.0, 0.0)
+    >>> dict(waits_with_launches(s, {"wait": "ar"}).stream_of)
+    {'ar': 0, 'wait': 0, 'add': 1}
+    """
+    stream_of = schedule.stream_of
+    moved = {wait: stream_of[launch] for wait, launch in launch_of.items()
+             if wait in stream_of and launch in stream_of and stream_of[launch] >= 0
+             and stream_of[wait] != stream_of[launch]}
     if not moved:
         return schedule
-    stream_of: Mapping[str, int] = {**schedule.stream_of, **moved}
-    return dataclasses.replace(schedule, stream_of=stream_of, optimal=False)
+    return dataclasses.replace(schedule, stream_of={**stream_of, **moved}, optimal=False)
