@@ -151,3 +151,15 @@ def test_compiled_fan_out_within_budget_computes_what_the_model_computes():
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
     report = be.autostream_pass.last_report
     assert report.applied and report.plan.memory.peak_bytes <= report.plan.memory.limit_bytes
+
+
+@pytest.mark.slow
+def test_a_repair_that_keeps_little_of_the_gain_also_tries_fewer_streams():
+    # on 4 streams the first plan that fits keeps 7% of the gain; 3 streams keep most of it
+    [graph] = capture(*parallel_block())
+    options = dict(max_streams=4, solver="cpsat", cost_table="h200")
+    free = plan_graph(graph.gm, PlanOptions(**options, max_memory_increase=None))
+    fitted = plan_graph(graph.gm, PlanOptions(**options))
+    kept = (fitted.predicted_speedup - 1) / (free.predicted_speedup - 1)
+    assert fitted.memory.peak_bytes <= fitted.memory.limit_bytes
+    assert kept > 0.3 and "on 3 streams" in fitted.memory.how, (kept, fitted.memory.how)
