@@ -180,11 +180,10 @@ def fit_plan(inputs: FitInputs, candidate: Candidate, single: Candidate, limit: 
              f"{format_bytes(single.memory.peak_bytes)})"]
     bar = single.predicted_us * (1 - min_gain)
     evals = _Evaluations(max(MIN_EVALUATIONS, EVALUATION_BUDGET // max(1, len(inputs.deps))))
-    tried, fewer_tried = _attempts(inputs, candidate, limit, evals)
-    fits = [c for c in tried if _fits(c, limit) and c.predicted_us < bar]
+    fits = [c for c in _attempts(inputs, candidate, limit, evals)
+            if _fits(c, limit) and c.predicted_us < bar]
     kept = KEEP_GAIN * (single.predicted_us - candidate.predicted_us)
-    if not fewer_tried and (not fits or single.predicted_us - min(
-            c.predicted_us for c in fits) < kept):
+    if not fits or single.predicted_us - min(c.predicted_us for c in fits) < kept:
         # what fits keeps little of the gain: fewer streams may keep more within budget
         fits += [c for c in _fewer_streams(inputs, limit, evals)
                  if _fits(c, limit) and c.predicted_us < bar]
@@ -198,9 +197,9 @@ def fit_plan(inputs: FitInputs, candidate: Candidate, single: Candidate, limit: 
 
 
 def _attempts(inputs: FitInputs, candidate: Candidate, limit: int, evals: _Evaluations
-              ) -> tuple[list[Candidate], bool]:
-    """Steps 1-3 of the module docstring, stopping at the first step that fits; and
-    whether step 3 (fewer streams) ran."""
+              ) -> list[Candidate]:
+    """Steps 1-2 of the module docstring, stopping at the first step that fits (the caller
+    goes on to step 3)."""
     repaired = repair(inputs, candidate, limit, evals)
     tried = [repaired]
     if repaired.memory.peak_bytes <= limit:
@@ -209,16 +208,14 @@ def _attempts(inputs: FitInputs, candidate: Candidate, limit: int, evals: _Evalu
             schedule = _solve(inputs.solver, problem, inputs.solver_options)
             tried.append(evaluate(inputs, schedule, problem, repaired.edges,
                                   f"{inputs.solver} with {len(repaired.edges)} ordering edge(s)"))
-        return tried, False
+        return tried
     others = [evaluate(inputs, _solve(name, inputs.problem, {}), inputs.problem, how=name)
               for name in FALLBACK_SOLVERS if name != inputs.solver]
     tried += others
     over = sorted((c for c in others if c.memory.peak_bytes > limit and c.schedule.streams_used > 1),
                   key=lambda c: c.predicted_us)
     tried += [repair(inputs, c, limit, evals) for c in over[:REPAIRED_FALLBACKS]]
-    if any(_fits(c, limit) for c in tried):
-        return tried, False
-    return tried + _fewer_streams(inputs, limit, evals), True
+    return tried
 
 
 def _fewer_streams(inputs: FitInputs, limit: int, evals: _Evaluations) -> list[Candidate]:

@@ -13,7 +13,7 @@ import torch.fx
 
 from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
 from autostream.capture import capture_graphs
-from autostream.comm import comm_op
+from autostream.comm import has_communication
 from autostream.cost import OpCost, TableCostModel, source_breakdown
 from autostream.graph import OpGraph, build_op_graph
 from autostream.memory import GraphMemory
@@ -32,9 +32,8 @@ if TYPE_CHECKING:
 
 #: A plan must be predicted at least this much faster than one stream to be used.
 MIN_RELATIVE_GAIN = 0.01
-#: each re-solve of a plan over its memory budget (with ordering edges, or on fewer
-#: streams) gets this share of the first solve's time, so that a repair does not double
-#: the time of the whole plan
+#: each re-solve of a plan over its memory budget (once with ordering edges, once per
+#: smaller stream count) gets this share of the first solve's time
 RESOLVE_SHARE = 0.5
 
 
@@ -202,16 +201,17 @@ def plan_graph(
     transfers, comm_notes = plan_transfers(op_graph, cost_model)
     problem = build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us,
                             transfers=transfers)
-    single = get_solver("single")(problem)
     split_problem = build_problem(op_graph, estimates, options.max_streams,
                                   cost_model.sync_latency_us, split=True, transfers=transfers)
     watch.lap("costs")
+    single = get_solver("single")(problem)
+    watch.lap("solve")
     costs = RuntimeCosts(cost_model.runtime_op_us, cost_model.runtime_call_us,
                          cost_model.runtime_segment_us)
     solver_options: dict[str, Any] = {}
     if options.solver == "cpsat" and options.time_limit is not None:
         solver_options["time_limit"] = options.time_limit
-    if options.solver == "cpsat" and communicates(op_graph):
+    if options.solver == "cpsat" and has_communication(gm.graph):
         # every rank must reach the same plan: no wall-clock cut (docs/distributed.md)
         solver_options["wall_clock"] = False
     fit = FitInputs(op_graph, split_problem, GraphMemory.from_graph(gm), options.solver,
@@ -232,10 +232,11 @@ def plan_graph(
             notes += fit_notes
         else:
             notes.append(_not_faster_note(options.solver, candidate, single, costs))
+        watch.lap("syncs")
     if transfers:
-        reordered = evaluate(fit, overlap_on_one_stream(problem), problem,
-                             how="collectives overlapped on one stream")
+        overlapped = overlap_on_one_stream(problem)
         watch.lap("solve")
+        reordered = evaluate(fit, overlapped, problem, how="collectives overlapped on one stream")
         if (reordered.predicted_us < min(bar, chosen.predicted_us)
                 and (limit is None or reordered.memory.peak_bytes <= limit)):
             chosen = reordered
@@ -290,11 +291,6 @@ def overlap_on_one_stream(problem: SchedulingProblem) -> Schedule:
     one = SchedulingProblem(problem.graph, streams=1, sync_latency_us=problem.sync_latency_us,
                             capacity=problem.capacity)
     return replace(get_solver("heft")(one), solver="overlap")
-
-
-def communicates(op_graph: OpGraph) -> bool:
-    """Whether any op of the graph communicates (collective, wait or blocking op)."""
-    return any(comm_op(d["fx"]) is not None for _, d in op_graph.nodes(data=True))
 
 
 def _not_faster_note(solver: str, candidate, single: Schedule, costs: RuntimeCosts) -> str:

@@ -320,8 +320,7 @@ def simulate_plan(
                 raise ValueError(f"{s} names an op that is not in the schedule")
         _check_ordered(problem, schedule, sync_list)
         gates = {n: [(p, 0.0) for p in g.predecessors(n)
-                     if stream_of[p] == stream_of[n] or min(stream_of[p], stream_of[n]) < 0]
-                 for n in order}
+                     if not crosses_streams(stream_of, p, n)] for n in order}
         for s in sync_list:
             if s.consumer != JOIN:
                 cross = stream_of[s.producer] != stream_of[s.consumer]

@@ -23,8 +23,8 @@ class StageTimes:
 
     graph: float = 0.0  # the FX graph to the dependence graph
     costs: float = 0.0  # op cost estimates and the scheduling problem
-    solve: float = 0.0  # the solver, the single-stream plan and the predicted makespan
-    syncs: float = 0.0  # the minimal syncs of the chosen plan
+    solve: float = 0.0  # the solvers (a memory repair's re-solves are counted in syncs)
+    syncs: float = 0.0  # checking plans: syncs, simulated timeline, memory, repairs
     rewrite: float = 0.0  # the graph rewritten with streams and syncs
     verify: float = 0.0  # the rewritten graph checked against the dependences
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autostream import hf_zoo, zoo
-from autostream.report.compare import plan_solvers, syncs_for
+from autostream.report.compare import plan_solvers
 from autostream.report.dot import write_graph
 from autostream.report.gantt import gantt_png
 from autostream.report.sources import problem_from_model
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                                          if r.solver in ORDER else 99))
         single = next((r.schedule.makespan for r in ok if r.solver == "single"), None)
         versus = f" vs {single:,.1f} us on one stream" if single else ""
-        syncs = list(best.syncs) or list(syncs_for(problems[name], best.schedule))
+        syncs = list(best.syncs)
         path = gantt_png(args.figures / f"gantt_{name}.png", problems[name], best.schedule, syncs,
                          title=f"{name}: best multi-stream plan ({best.solver}), "
                                f"{best.schedule.makespan:,.1f} us on "

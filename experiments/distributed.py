@@ -183,9 +183,9 @@ def run(names: list[str], runs: int, warmup: int, backend: str, nproc: int,
         calibrate: bool = False) -> list[Row]:
     """The rows of ``names``; with ``calibrate``, each model is planned with a table
     calibrated in the run: its collectives' link fits and its ops on the ranks."""
-    from autostream.cost.calibrate_collectives import calibrate_collectives
+    from autostream.cost.calibrate_collectives import DEVICE_OF_BACKEND, calibrate_collectives
 
-    device = {"gloo": "cpu", "nccl": "cuda", "hccl": "npu"}[backend]
+    device = DEVICE_OF_BACKEND[backend]
     options = {"cost_table": cost_table, "time_limit": time_limit}
     links = tuple(calibrate_collectives(backend, nproc, timeout_s=timeout_s, progress=False)
                   if calibrate else ())

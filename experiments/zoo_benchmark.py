@@ -114,7 +114,7 @@ def _budget(c: Case) -> float:
 
 
 def _close(c: Case) -> bool:
-    return c.gap <= GAP or c.proven and c.gap <= 1e-6
+    return c.gap <= GAP or c.proven
 
 
 def headlines(cases: list[Case], layers: int, small: list[tuple[int, float]]) -> list[Headline]:

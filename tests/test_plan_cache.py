@@ -66,8 +66,10 @@ def test_the_cache_can_be_switched_off(tmp_path, monkeypatch):
     solve(p, "cpsat", time_limit=1.0)
     assert not solve(p, "cpsat", time_limit=1.0).stats.cache_hit
     assert _entries(tmp_path) == []
-    monkeypatch.delenv(ENV)
+    monkeypatch.setenv(ENV, str(tmp_path))  # on, but this solve declines it
+    solve(p, "cpsat", time_limit=1.0, cache=False)
     assert not solve(p, "cpsat", time_limit=1.0, cache=False).stats.cache_hit
+    assert _entries(tmp_path) == []
 
 
 def test_a_damaged_entry_is_a_miss_and_is_replaced(tmp_path):

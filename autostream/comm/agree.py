@@ -77,9 +77,10 @@ def rank_disagreement(digest: str, gather: Gather | None = None) -> str | None:
     digests = gather(digest)
     if len(set(digests)) <= 1:
         return None
-    mine = digests.index(digest)
-    others = sorted({r for r, d in enumerate(digests) if d != digest})
-    return (f"ranks planned this graph differently (rank {mine} digest {digest[:10]}, ranks "
+    same = [r for r, d in enumerate(digests) if d == digest]
+    others = [r for r, d in enumerate(digests) if d != digest]
+    these = f"rank {same[0]}" if len(same) == 1 else f"ranks {same}"
+    return (f"ranks planned this graph differently ({these} digest {digest[:10]}, ranks "
             f"{others} another): every rank keeps the single-stream graph")
 
 

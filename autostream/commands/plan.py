@@ -71,8 +71,8 @@ def plan_stg(path: str, streams: int, solver: str, time_limit: float | None) -> 
         "num_syncs": len(syncs),
         "optimal": bool(schedule.optimal),
         "plan_seconds": time.perf_counter() - t0,
-        "stage_seconds": watch.times().as_dict(),
-        "pass_seconds": round(watch.times().total, 4),
+        "stage_seconds": (stages := watch.times()).as_dict(),
+        "pass_seconds": round(stages.total, 4),
         "solver_stats": solver_stats(schedule),
     }
 

@@ -34,7 +34,8 @@ from tqdm import tqdm
 from autostream.comm.spawn import run_ranks
 from autostream.cost.collectives import LinkFit, traffic
 
-#: message sizes in bytes (a multiple of 4 x world size for every world size up to 16)
+#: message sizes in bytes (multiples of 4 x world size for power-of-two world sizes up to
+#: 16; other world sizes pass ``sizes`` of their own)
 DEFAULT_SIZES = (1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
 MEASURED_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 DEVICE_OF_BACKEND = {"gloo": "cpu", "nccl": "cuda", "hccl": "npu"}

@@ -30,8 +30,6 @@ from typing import Any
 
 from autostream.cost.profile import DeviceProfile
 
-ORIGINS = ("measured", "spec")
-
 
 def traffic(collective: str, world_size: int) -> float:
     """Bytes each rank moves per byte of message, for the standard (ring) algorithms."""

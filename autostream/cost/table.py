@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from autostream.comm.registry import KINDS as COLLECTIVES
-from autostream.cost.collectives import ORIGINS as LINK_ORIGINS
 from autostream.cost.collectives import LinkFit
 from autostream.cost.profile import GENERIC_CPU, KINDS, ORIGINS, DeviceProfile
 
@@ -301,7 +300,7 @@ def _read_link(v: _Validator, x: Any, f: str) -> LinkFit:
         alpha_us=v.time(v.get(x, "alpha_us", f), f"{f}.alpha_us"),
         bandwidth=v.positive(v.get(x, "bandwidth", f), f"{f}.bandwidth"),
         share=v.unit(x.get("share", 0.0), f"{f}.share"),
-        origin=v.choice(x.get("origin", "measured"), f"{f}.origin", LINK_ORIGINS),
+        origin=v.choice(x.get("origin", "measured"), f"{f}.origin", ORIGINS),
         samples=int(v.time(x.get("samples", 0), f"{f}.samples")),
         sizes=(int(v.time(sizes[0], f"{f}.sizes[0]")), int(v.time(sizes[1], f"{f}.sizes[1]"))),
         max_error=v.time(x.get("max_error", 0.0), f"{f}.max_error"),

@@ -87,8 +87,7 @@ def plan_solvers(
         replayed = simulate_plan(problem, schedule, syncs)
         replay = replayed.makespan
         if abs(replay - schedule.makespan) > 1e-6 * max(1.0, schedule.makespan):
-            extra = f"replayed makespan {replay:.1f} us (planner {schedule.makespan:.1f} us)"
-            note = f"{note}; {extra}" if note else extra
+            note = f"replayed makespan {replay:.1f} us (planner {schedule.makespan:.1f} us)"
         overhead = (simulate_plan(problem, schedule, syncs, launch_overhead_us).makespan
                     if launch_overhead_us > 0 else None)
         peak = None if memory is None else predict_memory(

@@ -125,7 +125,8 @@ def _schedule(problem: SchedulingProblem, entry: dict) -> Schedule:
 def _source_digest() -> str:
     """sha256 of the solvers' and the simulator's source: what a plan depends on."""
     root = Path(__file__).resolve().parents[2]
-    files = sorted((root / "solvers").rglob("*.py")) + [root / "timeline.py", root / "problem.py"]
+    files = sorted((root / "solvers").rglob("*.py")) + [root / "simulate.py", root / "timeline.py",
+                                                      root / "problem.py"]
     h = hashlib.sha256()
     for f in files:
         h.update(f.read_bytes())
