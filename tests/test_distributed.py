@@ -202,6 +202,7 @@ def test_run_ranks_reports_a_rank_that_raises():
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_the_experiments_calibrated_table_is_one_table_for_every_rank(outcomes):
     rank0, rank1 = outcomes["calibrated"]
     assert rank0["digest"] == rank1["digest"]  # one table: one plan
@@ -210,6 +211,7 @@ def test_the_experiments_calibrated_table_is_one_table_for_every_rank(outcomes):
     assert "calibrate --collectives" in rank0["skipped"]["_c10d_functional.all_reduce.default"]
 
 
+@pytest.mark.slow
 def test_experiment_measures_every_variant_and_prints_its_table(outcomes):
     experiment = distributed_experiment
     rows = experiment.rows_from_ranks(["probe"], outcomes["experiment"], runs=2)

@@ -133,7 +133,7 @@ def write_reports(
     head = f"# {title}\n\n" if title else ""
     body = (f"{head}{problem.graph.number_of_nodes()} ops, up to {problem.streams} streams, "
             f"sync latency {problem.sync_latency_us:g} us, single-stream time "
-            f"{problem.single_stream_time():,.1f} us.\n\n{table_text}\n")
+            f"{get_solver('single')(problem).makespan:,.1f} us.\n\n{table_text}\n")
     if notes:
         body += "\nNotes:\n" + "\n".join(notes) + "\n"
     files = ReportFiles(out / "table.md")
