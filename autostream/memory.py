@@ -18,7 +18,11 @@ storages live at each moment:
    release before a wait first.
 
 ``peak_bytes`` is the most bytes live at once: what the CPU runtime holds and an
-accelerator allocator's ``max_memory_allocated`` reports.  ``reserved_bytes``
+accelerator allocator's ``max_memory_allocated`` reports.  ``bound_bytes`` is the
+most any run can hold: on CPU the threads may interleave otherwise than the
+timeline within the plan's syncs (:mod:`autostream.memory_bound`), so budgets are
+held against it; on an accelerator allocations follow the launch order, one
+interleaving, and the bound is the peak.  ``reserved_bytes``
 adds the caching allocator's per-stream pools: a block freed on one stream serves
 later allocations of that stream only, so each stream keeps the most its own
 allocations ever needed at once.
@@ -37,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 import torch
@@ -45,6 +49,7 @@ import torch.fx
 
 from autostream.cost.signature import symint_hint
 from autostream.lifetimes import LaunchStep, alias_groups, fake_storages, plan_steps, release_points
+from autostream.memory_bound import interleaving_bound
 from autostream.schedule import JOIN, Schedule, Sync
 from autostream.timeline import OpSpan, Timeline
 
@@ -182,6 +187,15 @@ class MemoryProfile:
     lives: Mapping[str, StorageLife]
     #: values whose size is unknown (counted as 0 bytes)
     unsized: int = 0
+    #: inputs plus the most bytes any interleaving within the syncs holds (>= ``peak_bytes``)
+    bound_bytes: int = 0
+    #: storages live at that worst moment, largest first
+    bound_at: tuple[str, ...] = ()
+
+    @property
+    def binding_at(self) -> tuple[str, ...]:
+        """The storages live at the moment that decides ``bound_bytes``."""
+        return self.bound_at if self.bound_bytes > self.peak_bytes else self.at_peak
 
 
 def launch_timeline(schedule: Schedule) -> Timeline:
@@ -219,7 +233,15 @@ def predict_memory(memory: GraphMemory, schedule: Schedule, syncs: Iterable[Sync
     points = release_points(steps, memory.inputs, memory.outputs, memory.group_of)
     launch = {n: i for i, n in enumerate(schedule.order)}
     lives = _lives(memory, schedule, tl, steps, points, launch)
-    return _sweep(memory, lives, launch)
+    profile = _sweep(memory, lives, launch)
+    if memory.device_type != "cpu" or schedule.streams_used <= 1:
+        return replace(profile, bound_bytes=profile.peak_bytes, bound_at=profile.at_peak)
+    bound = interleaving_bound(
+        steps, memory.nbytes, memory.allocated_by,
+        {s: life.freed_after for s, (life, _) in lives.items()},
+        {s: life.freed_before for s, (life, _) in lives.items()})
+    return replace(profile, bound_bytes=max(profile.peak_bytes, memory.input_bytes
+                                            + bound.live_bytes), bound_at=bound.live)
 
 
 #: order of events at one instant, within one launch position

@@ -1,9 +1,11 @@
 """Keep plans inside their memory budget: check a plan, and repair or replace one over budget.
 
-:func:`fit_plan` is the one entry.  A plan whose predicted peak
-(:func:`autostream.memory.predict_memory`) is within the budget is kept as it is.
-Otherwise these are tried in turn, each plan checked the same way, stopping at the
-first step that yields one within budget:
+:func:`fit_plan` is the one entry.  A plan is within the budget when the most bytes
+it can hold is: ``MemoryProfile.bound_bytes``
+(:func:`autostream.memory.predict_memory`), over every interleaving its syncs allow
+on CPU threads, the launch order's peak on an accelerator.  A plan within it is kept
+as it is.  Otherwise these are tried in turn, each plan checked the same way,
+stopping at the first step that yields one within budget:
 
 1. **ordering edges** (:func:`repair_in_order`): keeping the plan's streams and
    launch order, add an edge from an op that frees a storage live at the peak to a
@@ -132,6 +134,12 @@ class PlanMemory:
     how: str = "as solved"
 
     @property
+    def bound_bytes(self) -> int:
+        """The most the plan can hold in any interleaving of its streams (what the budget
+        binds; ``MemoryProfile.bound_bytes``)."""
+        return self.profile.bound_bytes
+
+    @property
     def increase(self) -> float:
         """The peak's rise above one stream's, as a fraction."""
         base = self.single_stream_peak_bytes
@@ -173,9 +181,9 @@ def fit_plan(inputs: FitInputs, candidate: Candidate, single: Candidate, limit: 
              min_gain: float) -> tuple[Candidate, list[str]]:
     """``candidate`` if its peak is within ``limit`` bytes, else the fastest repair or
     replacement that is (``single`` when none beats it by ``min_gain``), and notes."""
-    if limit is None or candidate.memory.peak_bytes <= limit:
+    if limit is None or candidate.memory.bound_bytes <= limit:
         return candidate, []
-    notes = [f"{candidate.how} peaks at {format_bytes(candidate.memory.peak_bytes)}, over "
+    notes = [f"{candidate.how} may peak at {format_bytes(candidate.memory.bound_bytes)}, over "
              f"the budget of {format_bytes(limit)} (one stream: "
              f"{format_bytes(single.memory.peak_bytes)})"]
     bar = single.predicted_us * (1 - min_gain)
@@ -192,7 +200,7 @@ def fit_plan(inputs: FitInputs, candidate: Candidate, single: Candidate, limit: 
         return replace(single, how="one stream (memory budget)"), notes
     best = min(fits, key=lambda c: c.predicted_us)
     notes.append(f"using {best.how}: {best.predicted_us:.1f} us instead of "
-                 f"{candidate.predicted_us:.1f} us, peak {format_bytes(best.memory.peak_bytes)}")
+                 f"{candidate.predicted_us:.1f} us, peak at most {format_bytes(best.memory.bound_bytes)}")
     return best, notes
 
 
@@ -202,7 +210,7 @@ def _attempts(inputs: FitInputs, candidate: Candidate, limit: int, evals: _Evalu
     goes on to step 3)."""
     repaired = repair(inputs, candidate, limit, evals)
     tried = [repaired]
-    if repaired.memory.peak_bytes <= limit:
+    if repaired.memory.bound_bytes <= limit:
         if repaired.edges:  # the solver may order the graph with those edges better
             problem = _with_problem_edges(inputs.problem, repaired.edges)
             schedule = _solve(inputs.solver, problem, inputs.solver_options)
@@ -212,7 +220,7 @@ def _attempts(inputs: FitInputs, candidate: Candidate, limit: int, evals: _Evalu
     others = [evaluate(inputs, _solve(name, inputs.problem, {}), inputs.problem, how=name)
               for name in FALLBACK_SOLVERS if name != inputs.solver]
     tried += others
-    over = sorted((c for c in others if c.memory.peak_bytes > limit and c.schedule.streams_used > 1),
+    over = sorted((c for c in others if c.memory.bound_bytes > limit and c.schedule.streams_used > 1),
                   key=lambda c: c.predicted_us)
     tried += [repair(inputs, c, limit, evals) for c in over[:REPAIRED_FALLBACKS]]
     return tried
@@ -229,8 +237,14 @@ def _fewer_streams(inputs: FitInputs, limit: int, evals: _Evaluations) -> list[C
     return tried
 
 
+def _over(c: Candidate, limit: int) -> tuple[bool, int, float]:
+    """Ranks plans: within ``limit`` first, then the lowest bound over it, then the fastest."""
+    over = c.memory.bound_bytes > limit
+    return over, c.memory.bound_bytes if over else 0, c.predicted_us
+
+
 def _fits(c: Candidate, limit: int) -> bool:
-    return c.memory.peak_bytes <= limit and c.schedule.streams_used > 1
+    return c.memory.bound_bytes <= limit and c.schedule.streams_used > 1
 
 
 class _Evaluations:
@@ -255,7 +269,7 @@ def repair(inputs: FitInputs, candidate: Candidate, limit: int, evals: _Evaluati
     overshoot and the replay run again, up to :data:`CAP_ROUNDS` times.  Returns the
     fastest plan within ``limit``, else the one with the lowest peak.
     """
-    if candidate.memory.peak_bytes <= limit:
+    if candidate.memory.bound_bytes <= limit:
         return candidate
     durations = {n: candidate.schedule.end[n] - candidate.schedule.start[n]
                  for n in candidate.schedule.order}
@@ -272,10 +286,8 @@ def repair(inputs: FitInputs, candidate: Candidate, limit: int, evals: _Evaluati
         tried.append(repair_in_order(inputs, capped, limit, evals))
         if _fits(tried[-1], limit):
             break
-        cap -= tried[-1].memory.peak_bytes - limit
-    return min(tried, key=lambda c: (c.memory.peak_bytes > limit,
-                                     0 if c.memory.peak_bytes <= limit else c.memory.peak_bytes,
-                                     c.predicted_us))
+        cap -= tried[-1].memory.bound_bytes - limit
+    return min(tried, key=lambda c: _over(c, limit))
 
 
 def repair_in_order(inputs: FitInputs, candidate: Candidate, limit: int,
@@ -290,17 +302,15 @@ def repair_in_order(inputs: FitInputs, candidate: Candidate, limit: int,
     """
     evals = evals or _Evaluations(EVALUATION_BUDGET)
     current = candidate
-    while current.memory.peak_bytes > limit and len(current.edges) < MAX_EDGES:
+    while current.memory.bound_bytes > limit and len(current.edges) < MAX_EDGES:
         edges = ending_edges(current, inputs.memory)[:evals.take(EDGES_PER_ROUND)]
         if not edges:
             break
         label = f"{candidate.how} with {len(current.edges) + 1} ordering edge(s)"
         trials = [evaluate(inputs, current.schedule, _with_problem_edges(current.problem, (e,)),
                            (*current.edges, e), label, retime=True) for e in edges]
-        best = min(trials, key=lambda c: (c.memory.peak_bytes > limit,
-                                          0 if c.memory.peak_bytes <= limit
-                                          else c.memory.peak_bytes, c.predicted_us))
-        if best.memory.peak_bytes > current.memory.peak_bytes:
+        best = min(trials, key=lambda c: _over(c, limit))
+        if best.memory.bound_bytes > current.memory.bound_bytes:
             break
         current = best
     return current
@@ -331,7 +341,7 @@ def ending_edges(candidate: Candidate, memory: GraphMemory) -> list[Edge]:
     profile, schedule = candidate.memory, candidate.schedule
     lives = profile.lives
     position = {n: i for i, n in enumerate(schedule.order)}
-    peak = profile.at_peak[:PEAK_CANDIDATES]
+    peak = profile.binding_at[:PEAK_CANDIDATES]
     ranked: dict[Edge, tuple] = {}
 
     def offer(edge: Edge, key: tuple) -> None:

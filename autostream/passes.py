@@ -114,8 +114,10 @@ def _memory_note(plan: Plan) -> str:
     m = plan.memory
     if m is None:
         return ""
+    bound = (f", at most {format_bytes(m.bound_bytes)} in any interleaving"
+             if m.bound_bytes > m.peak_bytes else "")
     return (f", predicted peak {format_bytes(m.peak_bytes)} ({100 * m.increase:+.1f}% over "
-            "one stream)")
+            f"one stream{bound})")
 
 
 def hand_tagged(graph: torch.fx.Graph) -> str | None:

@@ -143,7 +143,8 @@ class Plan:
         m = self.memory
         if m is None:
             return {}
-        return {"peak_bytes": m.peak_bytes, "single_stream_peak_bytes": m.single_stream_peak_bytes,
+        return {"peak_bytes": m.peak_bytes, "peak_bound_bytes": m.bound_bytes,
+                "single_stream_peak_bytes": m.single_stream_peak_bytes,
                 "memory_limit_bytes": m.limit_bytes, "memory_fit": m.how}
 
 
@@ -238,7 +239,7 @@ def plan_graph(
         watch.lap("solve")
         reordered = evaluate(fit, overlapped, problem, how="collectives overlapped on one stream")
         if (reordered.predicted_us < min(bar, chosen.predicted_us)
-                and (limit is None or reordered.memory.peak_bytes <= limit)):
+                and (limit is None or reordered.memory.bound_bytes <= limit)):
             chosen = reordered
     watch.lap("syncs")
     return Plan(

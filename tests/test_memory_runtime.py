@@ -47,6 +47,7 @@ def test_measured_peak_agrees_with_the_prediction(name):
     assert all(m.peak_bytes == memory.single_stream_peak_bytes for m in single)
     for measured in _peaks(graph.gm, graph.args):
         assert abs(memory.peak_bytes / measured.peak_bytes - 1) <= 0.10
+        assert measured.peak_bytes <= memory.bound_bytes
         assert measured.input_bytes == memory.profile.input_bytes
 
 

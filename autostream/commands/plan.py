@@ -189,8 +189,11 @@ def _memory_lines(s: dict[str, Any]) -> list[str]:
     rise = f"  ({100 * (s['peak_bytes'] / single - 1):+.1f}% over one stream" if single else "  ("
     limit = s.get("memory_limit_bytes")
     budget = f", budget {format_bytes(limit)})" if limit is not None else ", no budget)"
-    return [f"  peak memory        {format_bytes(s['peak_bytes'])}{rise}{budget}",
-            f"  one stream's peak  {format_bytes(single)}"]
+    lines = [f"  peak memory        {format_bytes(s['peak_bytes'])}{rise}{budget}"]
+    bound = s.get("peak_bound_bytes", s["peak_bytes"])
+    if bound > s["peak_bytes"]:
+        lines.append(f"  at most            {format_bytes(bound)} (any interleaving the syncs allow)")
+    return [*lines, f"  one stream's peak  {format_bytes(single)}"]
 
 
 def run(args: argparse.Namespace) -> int:
