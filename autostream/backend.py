@@ -16,6 +16,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from autostream.call_effects import EffectsUnknown, aot_mutated_inputs
 from autostream.comm import has_communication
 from autostream.comm.agree import slowest_rank_medians
+from autostream.comm.reinplace import reinplace_all_reduces
 from autostream.lift import LiftedPlan, LiftError, lift_plan
 from autostream.passes import AutoStreamPass, PassReport, graph_device, strict
 from autostream.runtime.choice import SETTLE_S, MeasuredChoice
@@ -61,6 +62,9 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     runtime it cannot check fail here.  The pass object, with its reports, is
     ``backend(...).autostream_pass``.
 
+    A functional all-reduce whose input no other op can see runs in place, as
+    hand-written code does (``autostream.comm.reinplace``).
+
     For inference graphs the plan, made on the ATen graph, is lifted to the graph
     Dynamo captured (``autostream.lift``): the streams then run the calls eager mode
     makes, without AOTAutograd's decompositions and wrappers.  Where lifting is
@@ -82,6 +86,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     reports: list[PassReport] = []  # the current compile's, one per AOT graph
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        reinplace_all_reduces(gm)
         report = stream_pass.run(gm, example_inputs)
         reports.append(report)
         if not report.applied or report.plan.is_single_stream:
@@ -122,6 +127,9 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         compiled = aot_compile(gm, example_inputs)
         if _needs_autograd(gm, example_inputs):
             return compiled
+        # after AOT, whose functionalization refuses in-place collectives: the lifted
+        # plan and the eager candidate run this graph
+        reinplace_all_reduces(gm)
         applied = any(r.applied for r in reports)
         if applied:
             compiled = lifted_runner(gm, example_inputs, reports[-1].plan) or compiled

@@ -38,6 +38,9 @@ class Outcome:
     comm_streams: tuple[int, ...]  # streams the plan gave the collective launches
     digest: str | None
     choice: str | None = None
+    #: the plan's all-reduces, and how many of them run in place (``comm.reinplace``)
+    all_reduces: int = 0
+    in_place: int = 0
 
 
 def _equal(got, want) -> bool:
@@ -50,6 +53,7 @@ def _run(rank: int, world: int, model_name: str, calls: int, measure: int = 0,
          **options) -> Outcome:
     import autostream
     from autostream.comm import comm_op
+    from autostream.comm.registry import qualified_name
 
     torch._dynamo.reset()
     model, make_inputs = PARALLEL_ZOO[model_name](rank, world)
@@ -66,8 +70,11 @@ def _run(rank: int, world: int, model_name: str, calls: int, measure: int = 0,
     comm = tuple(schedule.stream_of[n] for n, d in report.plan.op_graph.nodes(data=True)
                  if comm_op(d["fx"]) is not None and comm_op(d["fx"]).orders)
     choices = backend.measured_choices
+    names = [qualified_name(d["fx"].target) for _, d in report.plan.op_graph.nodes(data=True)]
     return Outcome(wrong, calls, report.applied, report.reason, schedule.streams_used, comm,
-                   report.rank_digest, choices[-1].choice if choices else None)
+                   report.rank_digest, choices[-1].choice if choices else None,
+                   sum(n in ("_c10d_functional::all_reduce", "_c10d_functional::all_reduce_")
+                       for n in names), names.count("_c10d_functional::all_reduce_"))
 
 
 def _diverging(rank: int, world: int) -> Outcome:
@@ -151,6 +158,14 @@ def test_plan_digests_equal_across_ranks(outcomes, scenario):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["tp_mlp_h200", "ep_moe"])
+def test_all_reduces_of_private_buffers_run_in_place(outcomes, scenario):
+    # each all-reduce reduces a matmul's result that nothing else reads
+    for o in outcomes[scenario]:
+        assert o.all_reduces > 0 and o.in_place == o.all_reduces
+
+
+@pytest.mark.slow
 def test_collectives_on_two_streams_still_match(outcomes):
     """The all-reduces on two streams: the syncs keep their program order."""
     for o in outcomes["tp_mlp_two_streams"]:
@@ -201,7 +216,6 @@ def test_run_ranks_reports_a_rank_that_raises():
         run_ranks(_raises, world_size=2, timeout_s=60.0)
 
 
-@pytest.mark.slow
 @pytest.mark.slow
 def test_the_experiments_calibrated_table_is_one_table_for_every_rank(outcomes):
     rank0, rank1 = outcomes["calibrated"]
