@@ -74,15 +74,16 @@ def _sync(device) -> None:
 
 def _runner(kind: str, nbytes: int, world: int, device):
     """A callable running one ``kind`` collective of ``nbytes`` (message convention) and
-    its wait, as compiled graphs run it: the ``_c10d_functional`` op (a fresh output
-    tensor) and ``wait_tensor``."""
+    its wait, as compiled graphs run it: the ``_c10d_functional`` op and ``wait_tensor``;
+    an all-reduce in place, as the backend runs one whose input nothing else reads
+    (``comm.reinplace``), the others into a fresh output tensor."""
 
     n = nbytes // 4
     ops = torch.ops._c10d_functional
     group = dist.group.WORLD.group_name
-    x = torch.ones(n, device=device)
+    x = torch.zeros(n, device=device)  # zeros: reducing in place again and again stays finite
     if kind == "all_reduce":
-        return lambda: ops.wait_tensor(ops.all_reduce(x, "sum", group))
+        return lambda: ops.wait_tensor(ops.all_reduce_(x, "sum", group))
     if kind == "all_gather":
         shard = torch.ones(n // world, device=device)
         return lambda: ops.wait_tensor(ops.all_gather_into_tensor(shard, world, group))
