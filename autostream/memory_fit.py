@@ -11,12 +11,14 @@ stopping at the first step that yields one within budget:
    launch order, add an edge from an op that frees a storage live at the peak to a
    later-launched op on another stream that allocates one, so the second waits for
    the first to be gone (a sync enforces it).  Each round tries the best-ranked
-   edges and keeps the one that lowers the peak most; then the solver plans the
+   edges and keeps the one that lowers the peak most; then, unless the repaired plan
+   already keeps ``KEEP_GAIN`` of the unconstrained plan's gain, the solver plans the
    graph again with those edges as dependences (it may order it better);
 2. the fast heuristic solvers' plans, as they are and (the fastest ones) repaired
    with ordering edges;
 3. the same solver on fewer streams, as it is and repaired (also when what fitted
-   keeps less than ``KEEP_GAIN`` of the unconstrained plan's gain);
+   keeps less than ``KEEP_GAIN`` of the unconstrained plan's gain), from the most
+   streams down, until a plan fits and keeps that share;
 4. one stream, within every budget (the budget is an increase over its peak).
 
 Of the plans that fit, the fastest predicted one is used when it still beats one
@@ -187,13 +189,14 @@ def fit_plan(inputs: FitInputs, candidate: Candidate, single: Candidate, limit: 
              f"the budget of {format_bytes(limit)} (one stream: "
              f"{format_bytes(single.memory.peak_bytes)})"]
     bar = single.predicted_us * (1 - min_gain)
+    # a plan this fast keeps KEEP_GAIN of the gain: searching further is not worth a solve
+    enough = single.predicted_us - KEEP_GAIN * (single.predicted_us - candidate.predicted_us)
     evals = _Evaluations(max(MIN_EVALUATIONS, EVALUATION_BUDGET // max(1, len(inputs.deps))))
-    fits = [c for c in _attempts(inputs, candidate, limit, evals)
+    fits = [c for c in _attempts(inputs, candidate, limit, evals, enough)
             if _fits(c, limit) and c.predicted_us < bar]
-    kept = KEEP_GAIN * (single.predicted_us - candidate.predicted_us)
-    if not fits or single.predicted_us - min(c.predicted_us for c in fits) < kept:
+    if not fits or min(c.predicted_us for c in fits) > enough:
         # what fits keeps little of the gain: fewer streams may keep more within budget
-        fits += [c for c in _fewer_streams(inputs, limit, evals)
+        fits += [c for c in _fewer_streams(inputs, limit, evals, enough)
                  if _fits(c, limit) and c.predicted_us < bar]
     if not fits:
         notes.append("no repair fits the budget and beats one stream; keeping one stream")
@@ -204,14 +207,15 @@ def fit_plan(inputs: FitInputs, candidate: Candidate, single: Candidate, limit: 
     return best, notes
 
 
-def _attempts(inputs: FitInputs, candidate: Candidate, limit: int, evals: _Evaluations
-              ) -> list[Candidate]:
+def _attempts(inputs: FitInputs, candidate: Candidate, limit: int, evals: _Evaluations,
+              enough: float) -> list[Candidate]:
     """Steps 1-2 of the module docstring, stopping at the first step that fits (the caller
-    goes on to step 3)."""
+    goes on to step 3); a repaired plan predicted within ``enough`` us is not re-solved."""
     repaired = repair(inputs, candidate, limit, evals)
     tried = [repaired]
     if repaired.memory.bound_bytes <= limit:
-        if repaired.edges:  # the solver may order the graph with those edges better
+        if repaired.edges and repaired.predicted_us > enough:
+            # the solver may order the graph with those edges better
             problem = _with_problem_edges(inputs.problem, repaired.edges)
             schedule = _solve(inputs.solver, problem, inputs.solver_options)
             tried.append(evaluate(inputs, schedule, problem, repaired.edges,
@@ -226,14 +230,18 @@ def _attempts(inputs: FitInputs, candidate: Candidate, limit: int, evals: _Evalu
     return tried
 
 
-def _fewer_streams(inputs: FitInputs, limit: int, evals: _Evaluations) -> list[Candidate]:
-    """Step 3: the solver on each smaller stream count (down to 2), as is and repaired."""
+def _fewer_streams(inputs: FitInputs, limit: int, evals: _Evaluations, enough: float
+                   ) -> list[Candidate]:
+    """Step 3: the solver on each smaller stream count (down to 2), as is and repaired,
+    until one fits within ``enough`` us."""
     tried: list[Candidate] = []
     for streams in range(inputs.problem.streams - 1, 1, -1):
         problem = replace(inputs.problem, streams=streams)
         schedule = _solve(inputs.solver, problem, inputs.solver_options)
         fewer = evaluate(inputs, schedule, problem, (), f"{inputs.solver} on {streams} streams")
         tried += [fewer, repair(inputs, fewer, limit, evals)]
+        if any(_fits(c, limit) and c.predicted_us <= enough for c in tried[-2:]):
+            break
     return tried
 
 
