@@ -376,6 +376,18 @@ def test_calibrate_collectives_rejects_bad_input(tmp_path):
                  str(tmp_path / "none.json")]) == 2  # no cuda table to write into
 
 
+@pytest.mark.parametrize("flags, named", [
+    (["--runs", "3"], "--runs"), (["--isolated", "--threads", "1"], "--threads, --isolated"),
+    (["--device", "cuda"], "--device cuda does not match --backend gloo"),
+])
+def test_calibrate_collectives_names_op_flags_it_cannot_honour(tmp_path, capsys, flags, named):
+    from autostream.cli import main
+
+    out = tmp_path / "cpu.json"
+    assert main(["calibrate", "--collectives", "--out", str(out), *flags]) == 2
+    assert named in capsys.readouterr().err and not out.exists()
+
+
 def test_table_link_fields_are_validated(tmp_path):
     import json
 

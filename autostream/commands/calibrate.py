@@ -93,16 +93,13 @@ def run(args: argparse.Namespace) -> int:
 
 def run_collectives(args: argparse.Namespace) -> int:
     """``--collectives``: link fits on real ranks, written into ``--out``."""
-    from autostream.cost.calibrate_collectives import (
-        DEFAULT_SIZES,
-        DEVICE_OF_BACKEND,
-        calibrate_collectives,
-    )
+    from autostream.cost.calibrate_collectives import DEVICE_OF_BACKEND, calibrate_collectives
     from autostream.cost.table import CostTable
 
     if args.model_spec:
         raise ValueError("--collectives times collectives only; calibrate MODEL_SPECs separately")
     kind = DEVICE_OF_BACKEND[args.backend]
+    _reject_op_flags(args, kind)
     if args.out.exists():
         table = CostTable.load(args.out, expect_kind=kind)
     elif kind == "cpu":
@@ -111,7 +108,7 @@ def run_collectives(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.out} does not exist: link fits go into a {kind} table; write one "
                          f"first with `autostream calibrate MODEL_SPEC --device {kind} --out "
                          f"{args.out}` (or copy a shipped table)")
-    fits = calibrate_collectives(args.backend, args.nproc, sizes=args.sizes or DEFAULT_SIZES,
+    fits = calibrate_collectives(args.backend, args.nproc, sizes=args.sizes,
                                  warmup=args.warmup, repeat=args.repeat,
                                  progress=not args.no_progress, share=args.link_share)
     table.with_links(fits).save(args.out)
@@ -120,3 +117,15 @@ def run_collectives(args: argparse.Namespace) -> int:
         print(f"  {f.collective:15s} alpha {f.alpha_us:8.1f} us  bus bandwidth "
               f"{f.bandwidth / 1e9:7.3f} GB/s  share {f.share:.2f}  max error {f.max_error:.0%}")
     return 0
+
+
+def _reject_op_flags(args: argparse.Namespace, kind: str) -> None:
+    """Op calibration's flags that mean nothing to ``--collectives``: an error, not ignored."""
+    if args.device != "cpu" and args.device != kind:
+        raise ValueError(f"--device {args.device} does not match --backend {args.backend}, "
+                         f"which runs on {kind}; drop --device (the backend decides)")
+    given = [flag for flag, on in (("--runs", args.runs != 1), ("--threads", args.threads),
+                                   ("--isolated", args.isolated)) if on]
+    if given:
+        raise ValueError(f"{', '.join(given)} apply to op calibration, not to --collectives "
+                         "(which always merges its link fits into --out); drop them")

@@ -190,17 +190,30 @@ def _weighted_line(xs: Sequence[float], ys: Sequence[float], ws: Sequence[float]
     return max(my - slope * mx, 0.0), slope
 
 
+def default_sizes(nproc: int) -> tuple[int, ...]:
+    """:data:`DEFAULT_SIZES`, each rounded down to a multiple of ``4 * nproc`` bytes (every
+    rank's share a whole number of float32 elements).
+
+    >>> default_sizes(2)[:2], default_sizes(3)[:2]
+    ((4096, 16384), (4092, 16380))
+    """
+    step = 4 * nproc
+    return tuple(max(step, s // step * step) for s in DEFAULT_SIZES)
+
+
 def calibrate_collectives(
     backend: str = "gloo", nproc: int = 2, kinds: Sequence[str] = MEASURED_KINDS,
-    sizes: Sequence[int] = DEFAULT_SIZES, warmup: int = 3, repeat: int = 10,
+    sizes: Sequence[int] | None = None, warmup: int = 3, repeat: int = 10,
     timeout_s: float = 900.0, progress: bool = True, share: float | None = None,
 ) -> list[LinkFit]:
     """Fitted link entries for ``kinds`` on ``backend`` with ``nproc`` ranks.
 
-    ``share`` overrides the measured device share of a running transfer.
+    ``sizes``: message sizes in bytes (default :func:`default_sizes`); ``share``
+    overrides the measured device share of a running transfer.
     """
     if nproc < 2:
         raise ValueError(f"--nproc must be >= 2 (a collective needs two ranks), got {nproc}")
+    sizes = default_sizes(nproc) if sizes is None else sizes
     bad = [k for k in kinds if k not in MEASURED_KINDS]
     if bad:
         raise ValueError(f"cannot calibrate {bad}; choose from {', '.join(MEASURED_KINDS)}")
@@ -216,7 +229,8 @@ def calibrate_collectives(
     provenance = {"host": platform.node(), "platform": platform.platform(),
                   "torch": torch.__version__, "nproc": nproc, "warmup": warmup, "repeat": repeat,
                   "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                  "method": "barrier, functional collective, wait_tensor; slowest rank; "
+                  "method": "barrier, functional collective (all-reduce in place), wait_tensor; "
+                            "slowest rank; "
                             "lower quartile per size; least squares on relative errors of alpha + traffic * "
                             "bytes / bandwidth"}
     return [fit_link(samples, k, backend, nproc, measured_share, provenance) for k in kinds]
