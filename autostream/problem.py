@@ -193,7 +193,11 @@ class SchedulingProblem:
 
     def single_stream_time(self) -> float:
         """Makespan on one stream of a problem without lanes: every op back to back (no
-        syncs are needed).  With lanes, the ``single`` solver's makespan says it."""
+        syncs are needed).  With lanes (transfers beside the stream) it is the ``single``
+        solver's makespan, and this raises ``ValueError`` saying so."""
+        if self.links:
+            raise ValueError("this problem has link lanes: its one-stream makespan is the "
+                             "'single' solver's (get_solver('single')(problem).makespan)")
         return self.total_work()
 
     def lower_bound(self) -> float:

@@ -171,6 +171,9 @@ def test_lower_bound_counts_the_link_but_not_as_stream_work():
     s = solve(p, "heft")
     assert s.makespan == pytest.approx(102.0)  # c runs beside the transfer on one stream
     assert simulate_plan(p, s).makespan == pytest.approx(s.makespan)
+    with pytest.raises(ValueError, match="'single' solver"):
+        p.single_stream_time()  # the sum of the stream work (52) would be wrong
+    assert solve(p, "single").makespan == pytest.approx(152.0)  # program order: c after the wait
 
 
 @pytest.mark.parametrize("solver", ["single", "round_robin", "tf_greedy", "opara", "nimble",

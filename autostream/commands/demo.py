@@ -126,14 +126,17 @@ def _plan_for_device(table: str, device: str, args: argparse.Namespace,
         _say("no solver found a multi-stream plan\n")
         return None
     best = min(multi, key=lambda r: (r.schedule.makespan, r.schedule.streams_used, r.solver))
-    single = next((r for r in results if r.solver == "single" and r.memory is not None), None)
+    single = next((r for r in results if r.solver == "single" and r.ok
+                   and r.schedule is not None), None)
+    one_stream_us = single.schedule.makespan if single is not None else problem.single_stream_time()
     _say(f"best multi-stream plan: {best.solver}: Gantt {files.gantt[best.solver]}, trace "
          f"{files.trace[best.solver]} (open in https://ui.perfetto.dev), graph "
          f"{files.graph[best.solver][-1]}\n")
     return DevicePlan(device, best.solver, best.schedule.streams_used, len(best.syncs),
-                      problem.single_stream_time() / best.schedule.makespan,
+                      one_stream_us / best.schedule.makespan,
                       best.memory.peak_bytes / single.memory.peak_bytes - 1
-                      if best.memory is not None and single is not None else None)
+                      if best.memory is not None and single is not None
+                      and single.memory is not None else None)
 
 
 # -- part 2: measured on this machine -------------------------------------------------------
