@@ -47,6 +47,12 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def _input_gen(step: int, rank: int, k: int = 0) -> torch.Generator:
+    """The generator of input ``k`` of ``rank`` at ``step``: distinct for every triple
+    (up to 1,024 ranks and 16 inputs)."""
+    return _gen((step * 1024 + rank) * 16 + k)
+
+
 def _param(*shape: int, gen: torch.Generator, scale: float | None = None) -> nn.Parameter:
     scale = shape[0] ** -0.5 if scale is None else scale
     return nn.Parameter(torch.randn(*shape, generator=gen) * scale, requires_grad=False)
@@ -158,7 +164,7 @@ def expert_parallel_moe(rank: int, world: int, tokens: int = 8, hidden: int = 64
                         inner: int = 128) -> tuple[nn.Module, Inputs]:
     """Expert parallelism with a shared expert (the overlap Ascend deployments hand-tag)."""
     model = ExpertParallelMoE(hidden, inner, world, _gen(2000 + rank), _gen(7)).eval()
-    return model, lambda step: (torch.randn(tokens, hidden, generator=_gen(10 * step + rank)),)
+    return model, lambda step: (torch.randn(tokens, hidden, generator=_input_gen(step, rank)),)
 
 
 class FSDPBlock(nn.Module):
@@ -205,7 +211,7 @@ def fsdp_block(rank: int, world: int, tokens: int = 8, hidden: int = 64,
                layers: int = 3) -> tuple[nn.Module, Inputs]:
     """FSDP-style: the next layer's gather is independent of this layer's compute."""
     model = FSDPBlock(hidden, layers, world, _gen(3000 + rank)).eval()
-    return model, lambda step: (torch.randn(tokens, hidden, generator=_gen(10 * step + rank)),)
+    return model, lambda step: (torch.randn(tokens, hidden, generator=_input_gen(step, rank)),)
 
 
 class OverlapProbe(nn.Module):
@@ -242,8 +248,8 @@ def overlap_probe(rank: int, world: int, elements: int = 1 << 20, rows: int = 64
                   width: int = 512, depth: int = 2) -> tuple[nn.Module, Inputs]:
     """An all-reduce of ``elements`` floats beside ``depth`` matmuls ``rows x width x width``."""
     model = OverlapProbe(width, depth, _gen(4000)).eval()
-    return model, lambda step: (torch.randn(elements, generator=_gen(10 * step + rank)),
-                                torch.randn(rows, width, generator=_gen(10 * step + rank + 5)))
+    return model, lambda step: (torch.randn(elements, generator=_input_gen(step, rank)),
+                                torch.randn(rows, width, generator=_input_gen(step, rank, 1)))
 
 
 class TwoAllReduces(nn.Module):
@@ -287,7 +293,7 @@ def two_allreduces(rank: int, world: int, rows: int = 32, width: int = 64
                    ) -> tuple[nn.Module, Inputs]:
     """Two independent all-reduces beside independent compute (the reported race)."""
     model = TwoAllReduces(width, _gen(5000)).eval()
-    return model, lambda step: tuple(torch.randn(rows, width, generator=_gen(10 * step + k + rank))
+    return model, lambda step: tuple(torch.randn(rows, width, generator=_input_gen(step, rank, k))
                                      for k in range(3))
 
 

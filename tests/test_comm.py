@@ -444,3 +444,12 @@ def test_communication_never_joins_a_traced_segment():
     items = split_segments(parse_program(gm), 0)
     traced = [n for item in items if isinstance(item, Segment) for n in item.names]
     assert traced == ["mm0", "tanh0"]
+
+
+@pytest.mark.parametrize("name", ["ep_moe", "fsdp", "probe", "two_allreduces"])
+def test_parallel_zoo_inputs_differ_across_ranks_steps_and_arguments(name):
+    from autostream.zoo_parallel import PARALLEL_ZOO
+
+    inputs = [t for rank in (0, 1) for step in (0, 1) for t in PARALLEL_ZOO[name](rank, 2)[1](step)]
+    assert not any(torch.equal(a, b) for i, a in enumerate(inputs) for b in inputs[i + 1:]
+                   if a.shape == b.shape)  # tp_mlp's input is the same on every rank by design
