@@ -173,6 +173,18 @@ def op_effects(node: torch.fx.Node) -> OpEffects:
     return OpEffects(tuple(writes), ordered)
 
 
+def communicates(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a collective launch or blocking communication, which keeps program
+    order among those (``op_effects(node).communicates``, without the rest of its effects).
+
+    >>> g = torch.fx.Graph(); x = g.placeholder("x")
+    >>> communicates(g.call_function(torch.ops.aten.relu.default, (x,)))
+    False
+    """
+    comm = comm_op(node)
+    return comm is not None and comm.orders
+
+
 def _comm_effects(node: torch.fx.Node, orders: bool, qualname: str) -> OpEffects:
     """A wait writes nothing; a collective writes what its schema says, and a blocking op
     named in-place (``c10d::allreduce_``) its tensor inputs."""

@@ -20,7 +20,7 @@ import networkx as nx
 import torch.fx
 
 from autostream.dialects.torchair import air_kind, scope_label, stream_index
-from autostream.graph import op_effects
+from autostream.graph import communicates
 
 
 @dataclass
@@ -156,7 +156,7 @@ def check_collective_order(
     """Every collective launch happens before the next one (linear order), and the linear
     order is their program order (``deps``' ``order`` attribute, where it has one)."""
     launches = [n.name for n in graph.nodes
-                if n.name in where and n.op == "call_function" and op_effects(n).communicates]
+                if n.name in where and n.op == "call_function" and communicates(n)]
     problems = []
     for a, b in zip(launches, launches[1:]):
         sa, pa = where[a]

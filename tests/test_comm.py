@@ -15,7 +15,7 @@ from autostream.comm.affinity import launch_of_wait
 from autostream.comm.agree import outcome_digest, rank_disagreement, slowest_rank_medians
 from autostream.cost import CostModel, CostTable, TableCostModel
 from autostream.cost.collectives import LinkFit
-from autostream.graph import build_op_graph, op_effects
+from autostream.graph import build_op_graph, communicates, op_effects
 from autostream.memory import GraphMemory
 from autostream.memory_fit import FitInputs, evaluate
 from autostream.planning import PlanOptions, plan_graph
@@ -119,6 +119,14 @@ def test_wait_writes_nothing_and_collectives_are_chained():
     assert all(op_effects(w) == op_effects(w).__class__((), False) for w in waits)
     assert g.edges["all_reduce", "all_reduce_1"]["kind"] == "comm"
     assert not g.has_edge("wait_tensor", "wait_tensor_1")  # no spurious effect edge
+
+
+def test_communicates_says_what_op_effects_says(lookalike):
+    gm = two_allreduces()
+    node = gm.graph.call_function(lookalike, (next(iter(gm.graph.nodes)),))
+    said = {n.name: communicates(n) for n in gm.graph.nodes}
+    assert said == {n.name: op_effects(n).communicates for n in gm.graph.nodes}
+    assert {n for n, c in said.items() if c} == {"all_reduce", "all_reduce_1", node.name}
 
 
 def test_unregistered_lookalike_keeps_program_order_and_is_reported(lookalike):
