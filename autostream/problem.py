@@ -88,17 +88,30 @@ class SchedulingProblem:
             lane = data.get("lane")
             if lane is not None and (not isinstance(lane, str) or not lane):
                 raise ValueError(f"task {n!r} has lane {lane!r}; a lane is a non-empty name")
-        if not nx.is_directed_acyclic_graph(self.graph):
+        try:
+            self.topo_order  # noqa: B018 -- sorting topologically is the acyclicity check
+        except nx.NetworkXUnfeasible:
             cycle = nx.find_cycle(self.graph)
             path = " -> ".join(str(u) for u, _ in cycle) + f" -> {cycle[0][0]}"
             raise ValueError(f"the task graph has a cycle: {path}; a schedule needs a DAG")
 
     # -- per-task data -------------------------------------------------------------
     def duration(self, node: str) -> float:
-        return float(self.graph.nodes[node]["duration"])
+        return self.durations[node]
 
     def share(self, node: str) -> float:
-        return float(self.graph.nodes[node].get("share", 0.0))
+        return self.shares[node]
+
+    # The graph is not changed once the problem is made: per-task data is read once.
+    @cached_property
+    def durations(self) -> dict[str, float]:
+        """Task -> its duration (microseconds)."""
+        return {n: float(d["duration"]) for n, d in self.graph.nodes(data=True)}
+
+    @cached_property
+    def shares(self) -> dict[str, float]:
+        """Task -> its device share."""
+        return {n: float(d.get("share", 0.0)) for n, d in self.graph.nodes(data=True)}
 
     def lane(self, node: str) -> str | None:
         """The lane (link) a task runs on, ``None`` for a task that needs a stream."""
@@ -165,9 +178,22 @@ class SchedulingProblem:
 
     @cached_property
     def topo_order(self) -> tuple[str, ...]:
-        """A deterministic topological order (ties broken by program ``order``)."""
+        """A deterministic topological order: of the ready tasks, the first by program
+        ``order`` (then name) goes first.  Raises ``nx.NetworkXUnfeasible`` on a cycle.
+
+        >>> g = nx.DiGraph([("b", "a")]); g.add_node("c")
+        >>> nx.set_node_attributes(g, {"a": 0, "b": 1, "c": 2}, "order")
+        >>> nx.set_node_attributes(g, 1.0, "duration")
+        >>> SchedulingProblem(g, streams=1).topo_order
+        ('b', 'a', 'c')
+        """
         key = {n: (self.graph.nodes[n].get("order", 0), str(n)) for n in self.graph}
-        return tuple(nx.lexicographical_topological_sort(self.graph, key=lambda n: key[n]))
+        by_key = sorted(self.graph, key=key.__getitem__)
+        position = {n: i for i, n in enumerate(by_key)}
+        if all(position[u] < position[v] for u, v in self.graph.edges):
+            # program order is topological (FX graphs): the smallest key is always ready
+            return tuple(by_key)
+        return tuple(nx.lexicographical_topological_sort(self.graph, key=key.__getitem__))
 
     @cached_property
     def topo_index(self) -> dict[str, int]:
@@ -203,6 +229,10 @@ class SchedulingProblem:
     def lower_bound(self) -> float:
         """``max(critical path, work / streams, contended work / capacity, busiest lane)``
         (Graham, with the lanes as machines of their own)."""
+        return self._graham_bound
+
+    @cached_property
+    def _graham_bound(self) -> float:
         return max(
             self.critical_path(),
             self.total_work() / self.streams,

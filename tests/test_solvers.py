@@ -7,6 +7,7 @@ import itertools
 import networkx as nx
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autostream.problem import SchedulingProblem
 from autostream.solvers import SOLVERS, check_solver_name, solve
@@ -130,6 +131,21 @@ def test_unknown_solver_names_the_allowed_ones():
     with pytest.raises(ValueError, match="allowed"):
         solve(_problem([("a", "b")]), "fastest")
     assert set(BASELINES) | {"cpsat"} == set(SOLVERS)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 12), st.data())
+def test_topological_order_is_the_lexicographic_one_by_program_order(n, data):
+    # program order sometimes topological (the sorted fast path), sometimes not
+    edges = data.draw(st.sets(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1))))
+    g = nx.DiGraph((f"t{u}", f"t{v}") for u, v in edges if u < v)
+    g.add_nodes_from(f"t{i}" for i in range(n))
+    orders = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    nx.set_node_attributes(g, {f"t{i}": o for i, o in enumerate(orders)}, "order")
+    nx.set_node_attributes(g, 1.0, "duration")
+    key = {v: (g.nodes[v]["order"], v) for v in g}
+    expected = tuple(nx.lexicographical_topological_sort(g, key=key.__getitem__))
+    assert SchedulingProblem(g, streams=2).topo_order == expected
 
 
 def test_bad_problems_are_rejected_with_the_reason():
