@@ -89,8 +89,12 @@ def simulate(
         if position[u] > position[v]:
             raise ValueError(f"launch order puts {v!r} before its producer {u!r}")
     lat = problem.sync_latency_us
-    gates = {n: [(p, lat if crosses_streams(stream_of, p, n) else 0.0) for p in g.predecessors(n)]
-             for n in order}
+    gates = {}
+    for n in order:
+        sn = stream_of[n]
+        # crosses_streams, inlined: this is the local search's inner loop
+        gates[n] = [(p, lat if sn >= 0 and (sp := stream_of[p]) != sn and sp >= 0 else 0.0)
+                    for p in g.predecessors(n)]
     return run_events(problem, stream_of, order, gates, dict.fromkeys(order, 0.0))
 
 
@@ -116,20 +120,23 @@ def run_events(
     queues: dict[int, list[str]] = {}
     for n in order:
         queues.setdefault(stream_of[n], []).append(n)
+    streams = sorted(queues)
     head = dict.fromkeys(queues, 0)
     stream_free = dict.fromkeys(queues, 0.0)
+    duration, share, capacity = problem.durations, problem.shares, problem.capacity
     start: dict[str, float] = {}
     end: dict[str, float] = {}
     remaining: dict[str, float] = {}
     running: set[str] = set()
     now = 0.0
 
-    def ready_time(n: str) -> float | None:
-        t = max(stream_free[stream_of[n]], release[n])
+    def ready_time(n: str, s: int) -> float | None:
+        t = max(stream_free[s], release[n])
         for p, delay in gates[n]:
-            if p not in end:
+            e = end.get(p)
+            if e is None:
                 return None
-            t = max(t, end[p] + delay)
+            t = max(t, e + delay)
         return t
 
     while len(end) < len(order):
@@ -138,27 +145,28 @@ def run_events(
         progressed = True
         while progressed:
             progressed = False
-            for s in sorted(queues):
-                if head[s] >= len(queues[s]):
+            for s in streams:
+                queue, h = queues[s], head[s]
+                if h >= len(queue):
                     continue
-                n = queues[s][head[s]]
+                n = queue[h]
                 if n in running:
                     continue
-                t = ready_time(n)
+                t = ready_time(n, s)
                 if t is None:
                     continue
                 if t <= now + _EPS:
                     start[n] = now
-                    remaining[n] = problem.duration(n)
+                    remaining[n] = duration[n]
                     running.add(n)
                     if remaining[n] <= _EPS:
                         running.discard(n)
                         end[n] = now
                         stream_free[s] = now
-                        head[s] += 1
+                        head[s] = h + 1
                     progressed = True
-                else:
-                    next_ready = min(next_ready, t)
+                elif t < next_ready:
+                    next_ready = t
         if not running:
             if len(end) == len(order):  # the last ops had zero duration
                 break
@@ -167,15 +175,15 @@ def run_events(
                 raise ValueError(f"plan deadlocks: ops {missing[:5]} can never start")
             now = next_ready
             continue
-        load = sum(problem.share(n) for n in running)
-        slow = problem.capacity / load if load > problem.capacity else 1.0
-        rates = {n: (slow if problem.share(n) > 0 else 1.0) for n in running}
+        load = sum(share[n] for n in running)
+        slow = capacity / load if load > capacity else 1.0
+        rates = {n: (slow if share[n] > 0 else 1.0) for n in running}
         dt = min(remaining[n] / rates[n] for n in running)
         dt = min(dt, next_ready - now)
         now += dt
         for n in sorted(running):
             remaining[n] -= dt * rates[n]
-            if remaining[n] <= _EPS * max(1.0, problem.duration(n)):
+            if remaining[n] <= _EPS * max(1.0, duration[n]):
                 running.discard(n)
                 end[n] = now
                 s = stream_of[n]
