@@ -88,12 +88,18 @@ class SchedulingProblem:
             lane = data.get("lane")
             if lane is not None and (not isinstance(lane, str) or not lane):
                 raise ValueError(f"task {n!r} has lane {lane!r}; a lane is a non-empty name")
-        try:
-            self.topo_order  # noqa: B018 -- sorting topologically is the acyclicity check
-        except nx.NetworkXUnfeasible:
+        if not self._acyclic():
             cycle = nx.find_cycle(self.graph)
             path = " -> ".join(str(u) for u, _ in cycle) + f" -> {cycle[0][0]}"
             raise ValueError(f"the task graph has a cycle: {path}; a schedule needs a DAG")
+
+    def _acyclic(self) -> bool:
+        """Whether the graph is a DAG: sorting it topologically is the check."""
+        try:
+            self.topo_order  # noqa: B018
+        except nx.NetworkXUnfeasible:
+            return False
+        return True
 
     # -- per-task data -------------------------------------------------------------
     def duration(self, node: str) -> float:

@@ -65,20 +65,45 @@ def schedule_from_assignment(
     solver that does not know lanes plans a transfer as if a stream waited for it.
     """
     order = tuple(order) if order is not None else problem.topo_order
+    timed = assignment_timeline(problem, stream_of, order)
+    return timed.schedule(problem, order, solver, stats)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A stream assignment (lanes placed, streams renumbered) and its simulated times."""
+
+    stream_of: dict[str, int]
+    start: dict[str, float]
+    end: dict[str, float]
+
+    @property
+    def makespan(self) -> float:
+        return max(self.end.values(), default=0.0)
+
+    def schedule(self, problem: SchedulingProblem, order: tuple[str, ...], solver: str,
+                 stats: SolverStats | None = None) -> Schedule:
+        """The ``Schedule`` of this timeline, launched as simulated (ties: ``order``)."""
+        return Schedule(
+            solver=solver,
+            stream_of=self.stream_of,
+            order=launch_order(problem, self.start, {n: i for i, n in enumerate(order)}),
+            start=self.start,
+            end=self.end,
+            makespan=self.makespan,
+            lower_bound=problem.lower_bound(),
+            optimal=False,
+            stats=stats,
+        )
+
+
+def assignment_timeline(problem: SchedulingProblem, stream_of: Mapping[str, int],
+                        order: tuple[str, ...]) -> Timed:
+    """The simulated times of a stream assignment launched in ``order``, without the
+    ``Schedule`` around them (the local search judges many it throws away)."""
     stream_of = canonical_streams({**stream_of, **problem.pinned}, order)
     start, end = simulate(problem, stream_of, order)
-    makespan = max(end.values(), default=0.0)
-    return Schedule(
-        solver=solver,
-        stream_of=stream_of,
-        order=launch_order(problem, start, {n: i for i, n in enumerate(order)}),
-        start=start,
-        end=end,
-        makespan=makespan,
-        lower_bound=problem.lower_bound(),
-        optimal=False,
-        stats=stats,
-    )
+    return Timed(stream_of, start, end)
 
 
 def canonical_streams(stream_of: Mapping[str, int], order: tuple[str, ...]) -> dict[str, int]:

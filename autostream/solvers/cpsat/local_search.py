@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
-from autostream.solvers.base import schedule_from_assignment
+from autostream.solvers.base import assignment_timeline
 from autostream.solvers.cpsat.tasks import task_groups
 
 
@@ -24,6 +24,7 @@ def improve(problem: SchedulingProblem, schedule: Schedule, evaluations: int) ->
     >>> g = nx.DiGraph([("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
     >>> nx.set_node_attributes(g, 2.0, "duration")
     >>> p = SchedulingProblem(g, streams=2)
+    >>> from autostream.solvers.base import schedule_from_assignment
     >>> one = schedule_from_assignment(p, dict.fromkeys("abcd", 0), "single")
     >>> one.makespan, improve(p, one, 20).makespan
     (8.0, 6.0)
@@ -41,8 +42,7 @@ def improve(problem: SchedulingProblem, schedule: Schedule, evaluations: int) ->
                     continue
                 left -= 1
                 stream_of = {**best.stream_of, **dict.fromkeys(group, s)}
-                trial = schedule_from_assignment(problem, stream_of, best.solver,
-                                                 order=best.order)
+                trial = assignment_timeline(problem, stream_of, best.order)
                 if trial.makespan < best.makespan - 1e-9:
-                    best, improved = trial, True
+                    best, improved = trial.schedule(problem, best.order, best.solver), True
     return best
