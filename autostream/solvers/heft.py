@@ -149,12 +149,12 @@ def heft_placement(problem: SchedulingProblem) -> Placement:
     end: dict[str, float] = {}
     lat = problem.sync_latency_us
     pinned = problem.pinned
+    used = 0  # streams 0..used-1 hold ops: a fresh stream is always the next number
     for n in queue:
         d, share = problem.duration(n), problem.share(n)
         best: tuple[float, int, float] | None = None
         # Try used streams plus one fresh stream: all fresh streams are equivalent.
-        used = sorted({s for s in stream_of.values() if s >= 0})
-        candidates = used + ([len(used)] if len(used) < problem.streams else [])
+        candidates = list(range(min(used + 1, problem.streams)))
         if n in pinned:
             candidates = [pinned[n]]
         for s in candidates:
@@ -170,6 +170,7 @@ def heft_placement(problem: SchedulingProblem) -> Placement:
         _, s, t = best
         timeline.place(_machine(problem, s), t, d, share)
         stream_of[n], start[n], end[n] = s, t, t + d
+        used = max(used, s + 1)
     return Placement(stream_of, start, end)
 
 

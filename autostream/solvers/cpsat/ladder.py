@@ -252,10 +252,13 @@ def _ops_schedule(problem: SchedulingProblem, tg: TaskGraph, stream: dict[int, i
 
 
 def best_candidate(problem: SchedulingProblem, candidates: dict[str, Schedule],
-                   preference: tuple[str, ...]) -> str:
+                   preference: tuple[str, ...],
+                   edges: list[tuple[str, str]] | None = None) -> str:
     """The fastest plan; ties go to fewer cross-stream edges, fewer streams, then
-    ``preference`` order (names not listed come last)."""
-    edges = transitive_reduction_edges(problem.graph, problem.topo_order)
+    ``preference`` order (names not listed come last).  ``edges``: the problem's
+    transitive reduction, when the caller has it."""
+    if edges is None:
+        edges = transitive_reduction_edges(problem.graph, problem.topo_order)
 
     def rank(name: str) -> tuple[float, int, int, int]:
         s = candidates[name]

@@ -65,8 +65,10 @@ def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float,
         bound = max(bound, whole.bound)
         plans.append(whole)
     candidates.update(_baselines(problem, opts))  # cheap: after the searches, in the reserve
-    best = best_candidate(problem, candidates, _PREFERENCE)
-    return _finish(problem, candidates, best, bound, pieces, plans, planned.resolution, started)
+    edges = transitive_reduction_edges(problem.graph, problem.topo_order)
+    best = best_candidate(problem, candidates, _PREFERENCE, edges)
+    return _finish(problem, candidates, best, bound, edges, pieces, plans, planned.resolution,
+                   started)
 
 
 def _worth_polishing(problem: SchedulingProblem, opts: CpsatOptions, pieces: list[Piece],
@@ -110,11 +112,10 @@ def _deadline(problem: SchedulingProblem, seconds: float, started: float) -> flo
 
 
 def _finish(problem: SchedulingProblem, candidates: dict[str, Schedule], best: str,
-            bound: float, pieces: list[Piece], plans: list[PiecePlan], resolution: float,
-            started: float) -> Schedule:
+            bound: float, edges: list[tuple[str, str]], pieces: list[Piece],
+            plans: list[PiecePlan], resolution: float, started: float) -> Schedule:
     chosen = candidates[best]
     searches = [s for p in plans for s in p.searches]
-    edges = transitive_reduction_edges(problem.graph, problem.topo_order)
     stats = CpsatStats(
         source=best,
         status=worst_status(s.status for s in searches),
