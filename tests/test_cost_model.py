@@ -169,6 +169,21 @@ def test_each_signature_is_looked_up_once_and_estimates_are_deterministic(monkey
     assert first_pass == [TableCostModel.default().estimate(n) for n in nodes]
 
 
+def test_a_repeated_signature_is_estimated_without_counting_its_work(monkeypatch):
+    import autostream.cost.model as cost_model
+    from autostream.cost.signature import node_cost_key
+
+    nodes = calls(lambda x: (x @ x) @ (x @ x), torch.ones(8, 8))
+    assert all(node_cost_key(n) == (node_signature(n).op, node_signature(n).key) for n in nodes)
+    signed = []
+    real = cost_model.node_signature
+    monkeypatch.setattr(cost_model, "node_signature", lambda n: signed.append(n) or real(n))
+    cm = TableCostModel.default()
+    costs = [cm.estimate(n) for n in nodes]
+    assert len(nodes) == 3 and signed == nodes[:1]
+    assert costs == [TableCostModel.default().estimate_signature(real(n)) for n in nodes]
+
+
 def test_default_and_device_level_costs():
     cm = TableCostModel.default()
     assert cm.sync_latency_us >= 0 and cm.launch_overhead_us >= 0 and cm.stream_switch_us >= 0

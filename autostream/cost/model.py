@@ -29,7 +29,7 @@ import cost_models
 from autostream.cost.collectives import TransferCost, estimate_transfer
 from autostream.cost.free import is_free_target
 from autostream.cost.profile import GENERIC_CPU
-from autostream.cost.signature import OpSignature, dtype_short, node_signature
+from autostream.cost.signature import OpSignature, dtype_short, node_cost_key, node_signature
 from autostream.cost.table import CostTable, Entry
 
 SOURCES = ("exact", "scaled", "roofline", "free")
@@ -142,12 +142,13 @@ class TableCostModel:
         if node.op != "call_function" or is_free_target(node.target):
             return FREE
         try:
-            sig = node_signature(node)
+            hit = self._cache.get(node_cost_key(node))  # a repeated op: no work to count
+            sig = node_signature(node) if hit is None else None
         except Exception as exc:  # noqa: BLE001 - an exotic node must not break planning
             lo = self.profile.launch_overhead_us
             return OpCost(lo, 0.0, "roofline", f"signature unreadable ({type(exc).__name__}); "
                           "launch overhead only")
-        return self.estimate_signature(sig)
+        return hit if sig is None else self.estimate_signature(sig)
 
     def estimate_signature(self, sig: OpSignature) -> OpCost:
         """Cost of an :class:`OpSignature` (the chain exact -> scaled -> roofline)."""

@@ -308,6 +308,15 @@ def _outputs(val: Any, h: _Hinter) -> tuple[TensorSpec, ...]:
     return ()
 
 
+def node_cost_key(node: torch.fx.Node) -> tuple[str, str]:
+    """``(op, key)`` of ``node``'s signature without counting its work: what a cost cache
+    looks up (``node_signature`` has the same two fields)."""
+    h = _Hinter()
+    args = tuple(_encode(a, h) for a in node.args)
+    kwargs = {k: _encode(v, h) for k, v in node.kwargs.items()}
+    return op_name(node.target), signature_key(args, kwargs)
+
+
 def node_signature(node: torch.fx.Node) -> OpSignature:
     """The :class:`OpSignature` of a ``call_function`` node of an ATen FX graph."""
     h = _Hinter()
