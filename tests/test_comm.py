@@ -109,6 +109,24 @@ def test_unregistered_lookalike_is_blocking_and_registration_names_it(lookalike)
         CommSpec("no_namespace", "blocking")
 
 
+def test_an_unregistered_name_is_judged_once_per_registry(lookalike, monkeypatch):
+    import autostream.comm.registry as registry_module
+
+    judged = []
+    real = registry_module.looks_like_communication
+    monkeypatch.setattr(registry_module, "looks_like_communication",
+                        lambda name: judged.append(name) or real(name))
+    registry = CommRegistry()
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    nodes = [g.call_function(lookalike, (x,)) for _ in range(3)]
+    nodes += [g.call_function(torch.ops.aten.relu.default, (x,)) for _ in range(3)]
+    assert [comm_op(n, registry) is not None for n in nodes] == [True] * 3 + [False] * 3
+    assert judged == ["astest::my_alltoall_dispatch", "aten::relu"]
+    register("astest::my_alltoall_dispatch", "blocking", "all_to_all", registry=registry)
+    assert comm_op(nodes[0], registry).collective == "all_to_all"
+
+
 # -- dependences ---------------------------------------------------------------------------
 
 

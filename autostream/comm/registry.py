@@ -174,6 +174,8 @@ class CommRegistry:
 
     def __init__(self, specs: Iterable[CommSpec] = ()) -> None:
         self._specs: dict[str, CommSpec] = {}
+        #: what ``lookup`` made of each unregistered name (every op of a graph is looked up)
+        self._guessed: dict[str, CommSpec | None] = {}
         for spec in specs:
             self.register(spec)
 
@@ -198,9 +200,16 @@ class CommRegistry:
         spec = self._specs.get(name)
         if spec is not None:
             return spec
-        if looks_like_communication(name):
-            return CommSpec(name if "::" in name else f"python::{name}", "blocking", "other", None)
-        return None
+        if name not in self._guessed:
+            self._guessed[name] = _guess(name)
+        return self._guessed[name]
+
+
+def _guess(name: str) -> CommSpec | None:
+    """The spec of an unregistered op: ``blocking`` when its name looks like communication."""
+    if looks_like_communication(name):
+        return CommSpec(name if "::" in name else f"python::{name}", "blocking", "other", None)
+    return None
 
 
 #: The registry the planner uses unless given another; ``register`` adds vendor ops.
