@@ -22,7 +22,9 @@ Placeholders, ``get_attr`` and ``output`` are not scheduled.  Metadata-only ops
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 import torch
@@ -81,11 +83,12 @@ def is_view_op(node: torch.fx.Node) -> bool:
     return all(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
 
 
-def is_meta_only(node: torch.fx.Node) -> bool:
-    """Views, ``getitem`` and symbolic-size ops carry no device work."""
+def is_meta_only(node: torch.fx.Node, view: bool | None = None) -> bool:
+    """Views, ``getitem`` and symbolic-size ops carry no device work (``view``:
+    ``is_view_op(node)``, when the caller knows it)."""
     if node.op != "call_function":
         return False
-    if node.target is operator.getitem or is_view_op(node):
+    if node.target is operator.getitem or (is_view_op(node) if view is None else view):
         return True
     if getattr(node.target, "__module__", "") in {"_operator", "operator", "math"}:
         return True
@@ -151,9 +154,10 @@ def draws_random_numbers(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -
     return True
 
 
-def op_effects(node: torch.fx.Node) -> OpEffects:
+def op_effects(node: torch.fx.Node,
+               impure: Callable[[torch.fx.Node], bool] | None = None) -> OpEffects:
     """Inputs an op writes, and whether it must keep program order (side effect / RNG,
-    communication)."""
+    communication).  ``impure``: ``_impure``, or a memo of it (``_TargetFacts``)."""
     comm = comm_op(node)
     if comm is not None:
         return _comm_effects(node, comm.orders, comm.qualname)
@@ -163,11 +167,7 @@ def op_effects(node: torch.fx.Node) -> OpEffects:
         # auto_functionalized and friends: conservatively treat every tensor input as written.
         writes.extend(n for n in node.all_input_nodes if n not in writes)
     side_effect = node.target in torch.fx.node._side_effectful_functions
-    try:
-        impure = node.is_impure()
-    except Exception:
-        impure = True
-    ordered = side_effect or impure or _is_rng(node) or is_hop
+    ordered = side_effect or (impure or _impure)(node) or _is_rng(node) or is_hop
     if ordered and not writes and (side_effect or is_hop):
         writes.extend(node.all_input_nodes)
     return OpEffects(tuple(writes), ordered)
@@ -183,6 +183,40 @@ def communicates(node: torch.fx.Node) -> bool:
     """
     comm = comm_op(node)
     return comm is not None and comm.orders
+
+
+def _impure(node: torch.fx.Node) -> bool:
+    """torch's purity check (mutable schema, RNG state, registered effects); a node it
+    cannot judge is impure."""
+    try:
+        return node.is_impure()
+    except Exception:
+        return True
+
+
+class _TargetFacts:
+    """What holds for every call of one op overload (name, view, purity), found once per
+    graph: a graph of thousands of nodes calls a few dozen overloads."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[str, torch._ops.OpOverload], object] = {}
+
+    def _of(self, what: str, fn: Callable[[torch.fx.Node], Any], node: torch.fx.Node) -> Any:
+        if not isinstance(node.target, torch._ops.OpOverload):
+            return fn(node)
+        key = (what, node.target)
+        if key not in self._memo:
+            self._memo[key] = fn(node)
+        return self._memo[key]
+
+    def name(self, node: torch.fx.Node) -> str:
+        return self._of("name", target_name, node)
+
+    def view(self, node: torch.fx.Node) -> bool:
+        return self._of("view", is_view_op, node)
+
+    def impure(self, node: torch.fx.Node) -> bool:
+        return self._of("impure", _impure, node)
 
 
 def _comm_effects(node: torch.fx.Node, orders: bool, qualname: str) -> OpEffects:
@@ -232,6 +266,7 @@ def build_op_graph(gm: torch.fx.GraphModule) -> OpGraph:
     reads_since: dict[torch.fx.Node, list[str]] = {}
     last_ordered: str | None = None
     last_comm: str | None = None
+    facts = _TargetFacts()
 
     def add_edge(u: str, v: str, kind: str) -> None:
         if u != v and not g.has_edge(u, v):
@@ -241,18 +276,20 @@ def build_op_graph(gm: torch.fx.GraphModule) -> OpGraph:
         if node.op in _UNSCHEDULED:
             continue
         name = node.name
-        g.add_node(name, fx=node, target=target_name(node), order=order, meta_only=is_meta_only(node))
+        view = facts.view(node)
+        g.add_node(name, fx=node, target=facts.name(node), order=order,
+                   meta_only=is_meta_only(node, view))
         inputs = node.all_input_nodes
         for src in inputs:
             if src.op not in _UNSCHEDULED:
                 add_edge(src.name, name, "data")
         # Views (and getitem of views) share their base's storage.
-        if is_view_op(node) and inputs:
+        if view and inputs:
             roots[node] = _storage_root(inputs[0], roots)
         elif node.target is operator.getitem and inputs and inputs[0] in roots:
             roots[node] = roots[inputs[0]]
 
-        effects = op_effects(node)
+        effects = op_effects(node, facts.impure)
         written = {_storage_root(w, roots) for w in effects.writes}
         for src in inputs:
             root = _storage_root(src, roots)

@@ -117,3 +117,22 @@ def test_op_graph_is_acyclic_on_real_models():
             for src in d["fx"].all_input_nodes:
                 if src.name in og:
                     assert og.has_edge(src.name, n)
+
+
+def test_facts_of_an_overload_are_found_once_per_graph(monkeypatch):
+    judged = []
+    real = torch.fx.Node.is_impure
+    monkeypatch.setattr(torch.fx.Node, "is_impure",
+                        lambda self, *a, **k: judged.append(self.name) or real(self, *a, **k))
+
+    def build(g):
+        x = g.placeholder("x")
+        for _ in range(3):
+            x = g.call_function(aten.relu.default, (x,))
+        r1 = g.call_function(aten.rand_like.default, (x,))
+        r2 = g.call_function(aten.rand_like.default, (x,))
+        g.output((x, r1, r2))
+
+    og = build_op_graph(_graph(build))
+    assert judged == ["relu", "rand_like"]
+    assert og.has_edge("rand_like", "rand_like_1")  # still ordered: RNG
