@@ -130,13 +130,26 @@ def run_events(
     running: set[str] = set()
     now = 0.0
 
-    def ready_time(n: str, s: int) -> float | None:
+    # A head's ready time, once its gates have all ended, stays what it is until it
+    # runs (its stream is free until then); a head waits at least for one unended gate.
+    ready_at: dict[int, tuple[int, float]] = {}  # stream -> (head index, ready time)
+    waits_for: dict[int, tuple[int, str]] = {}  # stream -> (head index, a gate not ended)
+
+    def ready_time(s: int, h: int, n: str) -> float | None:
+        known = ready_at.get(s)
+        if known is not None and known[0] == h:
+            return known[1]
+        blocked = waits_for.get(s)
+        if blocked is not None and blocked[0] == h and blocked[1] not in end:
+            return None
         t = max(stream_free[s], release[n])
         for p, delay in gates[n]:
             e = end.get(p)
             if e is None:
+                waits_for[s] = (h, p)
                 return None
             t = max(t, e + delay)
+        ready_at[s] = (h, t)
         return t
 
     while len(end) < len(order):
@@ -152,7 +165,7 @@ def run_events(
                 n = queue[h]
                 if n in running:
                     continue
-                t = ready_time(n, s)
+                t = ready_time(s, h, n)
                 if t is None:
                     continue
                 if t <= now + _EPS:
