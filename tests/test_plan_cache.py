@@ -11,7 +11,7 @@ import pytest
 from autostream.problem import SchedulingProblem
 from autostream.solvers import solve
 from autostream.solvers.cpsat import ladder
-from autostream.solvers.cpsat.cache import ENV, PlanCache
+from autostream.solvers.cpsat.cache import ENV, FORMAT, PlanCache
 from tests.factories import layers_with_weights
 
 
@@ -35,6 +35,22 @@ def test_a_hit_returns_exactly_the_plan_the_solve_returned(tmp_path):
     _same(first, again)
     assert dataclasses.replace(again.stats, cache_hit=False, plan_seconds=0) == \
         dataclasses.replace(first.stats, plan_seconds=0)
+
+
+def test_a_hit_is_not_simulated_again_and_the_key_is_hashed_once(tmp_path, monkeypatch):
+    import autostream.simulate
+    from autostream.solvers.cpsat import cache
+
+    hashed = []
+    real = cache.digest
+    monkeypatch.setattr(cache, "digest", lambda *a: hashed.append(1) or real(*a))
+    p = layers_with_weights(4)
+    first = solve(p, "cpsat", time_limit=1.0)
+    assert len(hashed) == 1  # a miss: looked up and stored under one key
+    monkeypatch.setattr(autostream.simulate, "run_events", None)  # any simulation fails
+    again = solve(p, "cpsat", time_limit=1.0)
+    assert again.stats.cache_hit and len(hashed) == 2
+    _same(first, again)
 
 
 def test_a_renamed_graph_hits_and_gets_the_plan_under_its_own_names(tmp_path):
@@ -80,7 +96,7 @@ def test_a_damaged_entry_is_a_miss_and_is_replaced(tmp_path):
     again = solve(p, "cpsat", time_limit=1.0)
     assert not again.stats.cache_hit
     _same(first, again)
-    assert json.loads(entry.read_text())["format"] == 1
+    assert json.loads(entry.read_text())["format"] == FORMAT
 
 
 def test_a_plan_the_wall_clock_cut_is_not_stored(tmp_path, monkeypatch):

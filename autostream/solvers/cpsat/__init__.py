@@ -59,13 +59,14 @@ def solve(problem: SchedulingProblem, **options: object) -> Schedule:
     opts = CpsatOptions.from_options(options)
     started = time.perf_counter()
     cache = PlanCache.from_environment() if opts.cache else None
-    if cache is not None and (hit := cache.load(problem, opts)) is not None:
+    path = cache.path(problem, opts) if cache is not None else None
+    if path is not None and (hit := PlanCache.load(path, problem)) is not None:
         return _stamp_time(hit, started)
     from autostream.solvers.cpsat.planner import plan  # CP-SAT loads only to solve
 
     schedule = plan(problem, opts, started)
-    if cache is not None and schedule.stats.deterministic:
-        cache.store(problem, opts, schedule)
+    if path is not None and schedule.stats.deterministic:
+        PlanCache.store(path, problem, schedule)
     return schedule
 
 

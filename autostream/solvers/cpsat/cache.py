@@ -5,8 +5,9 @@ content by position, independent of op names, so a recompiled or renamed graph
 hits), the options that shape the plan, the OR-Tools version and a digest of the
 solver's own source (a changed solver never serves an old plan).  The entry holds
 every op's stream and the launch order by position, the bound and the solve's
-statistics.  A hit re-times that plan with the simulator, the step every solve
-ends with, so it returns exactly the schedule the solve returned.  Only
+statistics, and the plan's simulated times: the key covers the durations and the
+simulator's source, so a hit returns exactly the schedule the solve returned
+without simulating it again.  Only
 reproducible solves are stored (none cut by the wall clock): a hit must equal
 what a solve would give, on every rank.
 
@@ -30,15 +31,13 @@ from ortools import __version__ as ortools_version
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
-from autostream.simulate import simulate
-from autostream.solvers.base import launch_order
 from autostream.solvers.cpsat.canonical import digest
 from autostream.solvers.cpsat.options import CpsatOptions
 from autostream.solvers.cpsat.stats import CpsatStats
 
 ENV = "AUTOSTREAM_PLAN_CACHE"
 _OFF = ("off", "0", "false", "no", "none")
-FORMAT = 1
+FORMAT = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,30 +64,36 @@ class PlanCache:
         return cls(Path(base) / "autostream" / "plans")
 
     def path(self, problem: SchedulingProblem, opts: CpsatOptions) -> Path:
+        """Where the plan of ``problem`` under ``opts`` is kept (hashes the problem)."""
         shaping = {k: v for k, v in dataclasses.asdict(opts).items() if k != "cache"}
         key = digest(problem, [FORMAT, shaping, ortools_version, _source_digest()])
         return self.root / key[:2] / f"{key}.json"
 
-    def load(self, problem: SchedulingProblem, opts: CpsatOptions) -> Schedule | None:
-        """The cached plan of ``problem``, re-timed, or ``None``."""
+    @staticmethod
+    def load(path: Path, problem: SchedulingProblem) -> Schedule | None:
+        """The plan of ``problem`` kept at ``path`` (:meth:`path`), or ``None``."""
         try:
-            entry = json.loads(self.path(problem, opts).read_text())
+            entry = json.loads(path.read_text())
             return _schedule(problem, entry)
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             return None
 
-    def store(self, problem: SchedulingProblem, opts: CpsatOptions, schedule: Schedule) -> None:
-        """Keep ``schedule`` for ``problem``; a cache that cannot be written is skipped."""
+    @staticmethod
+    def store(path: Path, problem: SchedulingProblem, schedule: Schedule) -> None:
+        """Keep ``schedule`` for ``problem`` at ``path``; a cache that cannot be written is
+        skipped.  Its times are kept too: the key covers the durations and the simulator's
+        source, so they are what re-timing the plan would give."""
         pos = problem.topo_index
         entry = {
             "format": FORMAT,
             "stream": [schedule.stream_of[v] for v in problem.topo_order],
             "order": [pos[v] for v in schedule.order],
+            "start": [schedule.start[v] for v in problem.topo_order],
+            "end": [schedule.end[v] for v in problem.topo_order],
             "lower_bound": schedule.lower_bound,
             "optimal": schedule.optimal,
             "stats": schedule.stats.as_dict() if schedule.stats is not None else None,
         }
-        path = self.path(problem, opts)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False,
@@ -104,14 +109,14 @@ def _schedule(problem: SchedulingProblem, entry: dict) -> Schedule:
     if entry["format"] != FORMAT or len(entry["stream"]) != len(topo):
         raise ValueError("stale cache entry")
     stream_of = {v: int(s) for v, s in zip(topo, entry["stream"], strict=True)}
-    order = tuple(topo[i] for i in entry["order"])
-    start, end = simulate(problem, stream_of, order)
+    start = {v: float(t) for v, t in zip(topo, entry["start"], strict=True)}
+    end = {v: float(t) for v, t in zip(topo, entry["end"], strict=True)}
     stats = dict(entry["stats"])
     stats["piece_sources"] = tuple(stats["piece_sources"])
     return Schedule(
         solver="cpsat",
         stream_of=stream_of,
-        order=launch_order(problem, start, {v: i for i, v in enumerate(order)}),
+        order=tuple(topo[i] for i in entry["order"]),
         start=start,
         end=end,
         makespan=max(end.values(), default=0.0),
