@@ -191,10 +191,17 @@ class _Hinter:
                 return True
         return v
 
+    def ints(self, sizes: Any) -> tuple[int, ...]:
+        """Sizes as ints (a static shape as it is: the common case, and the fast one)."""
+        out = tuple(sizes)
+        if all(type(v) is int for v in out):
+            return out
+        return tuple(self.int(v) for v in out)
+
     def spec(self, t: torch.Tensor) -> TensorSpec:
-        shape = tuple(self.int(s) for s in t.shape)
+        shape = self.ints(t.shape)
         try:
-            stride = tuple(self.int(s) for s in t.stride())
+            stride = self.ints(t.stride())
         except Exception:  # noqa: BLE001 - sparse/nested tensors have no strides
             stride = None
         return TensorSpec(shape, t.dtype, stride)
