@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import networkx as nx
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from autostream.problem import SchedulingProblem
 from autostream.solvers import solve
 from autostream.solvers.base import schedule_from_assignment
-from autostream.solvers.cpsat.bounds import graham_by_pieces
+from autostream.solvers.cpsat.bounds import graham_by_pieces, graham_by_pieces_at
 from autostream.solvers.cpsat.local_search import improve
 from autostream.solvers.cpsat.pieces import cut_into_pieces, piece_problem
 from autostream.solvers.cpsat.tasks import build_tasks, task_groups
@@ -147,3 +148,13 @@ def test_a_transformers_model_is_cut_at_its_layers_and_a_deeper_one_adds_only_co
         assert s.lower_bound <= s.makespan + 1e-9
         assert s.makespan < solve(p, "heft").makespan
         assert s.gap < 0.03
+
+
+@settings(max_examples=30, deadline=None)
+@given(problems(max_nodes=9, shares=True))
+def test_graham_by_pieces_at_several_capacities_is_each_scaled_problems(problem):
+    g = problem.graph
+    factors = (1.0, 1.5, math.inf)
+    scaled = [graham_by_pieces(SchedulingProblem(g, problem.streams, problem.sync_latency_us,
+                                                 problem.capacity * f)) for f in factors]
+    assert graham_by_pieces_at(problem, factors) == tuple(scaled)

@@ -12,6 +12,7 @@ the larger of the two.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from autostream.problem import SchedulingProblem
 from autostream.solvers.cpsat.pieces import Piece, core_problem, cut_into_pieces
@@ -45,11 +46,7 @@ def core_graham(core: SchedulingProblem, piece: Piece) -> float:
     >>> core_graham(SchedulingProblem(g, streams=1), Piece(("h", "x", "y", "t"), "h", "t"))
     8.0
     """
-    cuts = [v for v in (piece.head, piece.tail) if v is not None]
-    inner = core.graph.subgraph([v for v in core.graph if v not in cuts])
-    between = SchedulingProblem(inner, core.streams, core.sync_latency_us, core.capacity)
-    return max(core.lower_bound(),
-               sum(core.duration(v) for v in cuts) + between.lower_bound())
+    return _CoreTerms.of(core, piece).bound(core.capacity)
 
 
 def graham_by_pieces(problem: SchedulingProblem, capacity_factor: float = 1.0) -> float:
@@ -66,9 +63,58 @@ def graham_by_pieces(problem: SchedulingProblem, capacity_factor: float = 1.0) -
     >>> p.lower_bound(), graham_by_pieces(p)
     (13.0, 15.0)
     """
-    if capacity_factor != 1.0:
-        problem = SchedulingProblem(problem.graph, problem.streams, problem.sync_latency_us,
-                                    problem.capacity * capacity_factor)
+    return graham_by_pieces_at(problem, (capacity_factor,))[0]
+
+
+def graham_by_pieces_at(problem: SchedulingProblem, factors: Sequence[float]
+                        ) -> tuple[float, ...]:
+    """:func:`graham_by_pieces` at each capacity factor: the strict cuts and the pieces'
+    work do not depend on the capacity, so they are found once."""
     pieces = cut_into_pieces(problem, strict=True)
-    return pieces_lower_bound(
-        problem, pieces, [core_graham(core_problem(problem, p), p) for p in pieces])
+    terms = [_CoreTerms.of(core_problem(problem, p), p) for p in pieces]
+    heads = [problem.duration(p.head) if p.head is not None else 0.0 for p in pieces]
+    whole = _Terms.of(problem)
+    out = []
+    for factor in factors:
+        capacity = problem.capacity * factor if factor != 1.0 else problem.capacity
+        total = sum(t.bound(capacity) - h for t, h in zip(terms, heads, strict=True))
+        out.append(max(total, whole.bound(capacity)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """The terms of a problem's Graham bound (:meth:`SchedulingProblem.lower_bound`) but
+    the capacity it divides the contended work by."""
+
+    path: float
+    per_stream: float
+    contended: float
+    lane: float
+
+    @classmethod
+    def of(cls, p: SchedulingProblem) -> _Terms:
+        return cls(p.critical_path(), p.total_work() / p.streams, p.contended_work(),
+                   p.lane_work())
+
+    def bound(self, capacity: float) -> float:
+        return max(self.path, self.per_stream, self.contended / capacity, self.lane)
+
+
+@dataclass(frozen=True)
+class _CoreTerms:
+    """A core's terms, and those of its ops between the cuts, with the cuts' time."""
+
+    core: _Terms
+    between: _Terms
+    cuts: float
+
+    @classmethod
+    def of(cls, core: SchedulingProblem, piece: Piece) -> _CoreTerms:
+        cuts = [v for v in (piece.head, piece.tail) if v is not None]
+        inner = core.graph.subgraph([v for v in core.graph if v not in cuts])
+        between = SchedulingProblem(inner, core.streams, core.sync_latency_us, core.capacity)
+        return cls(_Terms.of(core), _Terms.of(between), sum(core.duration(v) for v in cuts))
+
+    def bound(self, capacity: float) -> float:
+        return max(self.core.bound(capacity), self.cuts + self.between.bound(capacity))

@@ -31,7 +31,7 @@ from autostream.schedule import Schedule
 from autostream.solvers import heft, single
 from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_edges
 from autostream.solvers.base import schedule_from_assignment
-from autostream.solvers.cpsat.bounds import graham_by_pieces
+from autostream.solvers.cpsat.bounds import graham_by_pieces_at
 from autostream.solvers.cpsat.clock import DET_PER_SECOND, wall_share
 from autostream.solvers.cpsat.local_search import improve
 from autostream.solvers.cpsat.options import CpsatOptions
@@ -159,9 +159,10 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
     if warm is not None:
         found.candidates["warm"] = warm
     share = budget * (1 - BOUND_SHARE * prove - SEARCH_SHARE) / len(modes)
-    for k, mode in enumerate(modes):
+    floors = graham_by_pieces_at(problem, [m.factor for m in modes])
+    for k, (mode, floor) in enumerate(zip(modes, floors, strict=True)):
         _solve_mode(problem, mode, found, share, opts,
-                    wall_share(deadline, share, budget - k * share), warm, own_bound)
+                    wall_share(deadline, share, budget - k * share), warm, own_bound, floor)
     if prove:
         _prove_core(core, found, max(budget * BOUND_SHARE, budget * (1 - SEARCH_SHARE) - found.used),
                     opts, wall_share(deadline, BOUND_SHARE, BOUND_SHARE + SEARCH_SHARE))
@@ -170,9 +171,11 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
 
 def _solve_mode(problem: SchedulingProblem, mode: Mode, found: _Found, budget: float,
                 opts: CpsatOptions, deadline: float, warm: Schedule | None,
-                own_bound: bool) -> None:
+                own_bound: bool, floor: float) -> None:
+    """One model of the ladder; ``floor``: Graham's bound over the piece's own cuts under
+    the mode's capacity (:func:`.bounds.graham_by_pieces`)."""
     tg = _tasks(problem, mode, opts.window)
-    plan = plan_tasks(tg, problem.streams, budget, opts, lower_bound=_floor(problem, mode, tg),
+    plan = plan_tasks(tg, problem.streams, budget, opts, lower_bound=_floor(floor, tg),
                       approximate=mode.approximate, warm=warm, deadline=deadline)
     found.add(tg, plan, own_bound and mode.factor == math.inf)
     if plan.found:
@@ -210,10 +213,10 @@ def _evaluations(problem: SchedulingProblem, seconds: float) -> int:
     return int(seconds * OP_SIMULATIONS_PER_SECOND / max(len(problem.graph), 1))
 
 
-def _floor(problem: SchedulingProblem, mode: Mode, tg: TaskGraph) -> int:
-    """Graham's bound over the piece's own cuts under the mode's capacity, in the model's
-    units (less what rounding may lose): no plan of the model is shorter."""
-    return to_units(max(graham_by_pieces(problem, mode.factor) - tg.rounding_us, 0.0), tg.scale)
+def _floor(floor: float, tg: TaskGraph) -> int:
+    """A bound of the piece in the model's units, less what rounding may lose: no plan of
+    the model is shorter."""
+    return to_units(max(floor - tg.rounding_us, 0.0), tg.scale)
 
 
 def _path_bound(core: SchedulingProblem) -> bool:
