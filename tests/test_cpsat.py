@@ -84,6 +84,22 @@ def test_a_ladder_mode_stopped_by_the_wall_clock_makes_the_plan_not_reproducible
                  wall_clock=False).stats.deterministic is False
 
 
+def test_the_bound_solve_is_skipped_where_its_model_cannot_bound_the_core(monkeypatch):
+    # two chains of four ops: over a window of 4 tasks the chains collapse, which no
+    # longer relaxes the core, so a proof of that model would not bound it
+    g = nx.DiGraph([(f"{c}{i}", f"{c}{i + 1}") for c in "ab" for i in range(3)])
+    nx.set_node_attributes(g, 1.0, "duration")
+    core = SchedulingProblem(g, streams=2, sync_latency_us=0.5)
+    solved = []
+    real = ladder.plan_tasks
+    monkeypatch.setattr(ladder, "plan_tasks", lambda *a, **k: solved.append(a[0]) or real(*a, **k))
+    found = ladder._Found({}, core.lower_bound())
+    ladder._prove_core(core, found, 1.0, CpsatOptions(window=4), math.inf)
+    assert solved == [] and found.searches == []
+    ladder._prove_core(core, found, 1.0, CpsatOptions(window=8), math.inf)
+    assert len(solved) == 1 and solved[0].relaxes and found.bound == 4.0
+
+
 def test_no_solve_gets_a_wall_cap_short_enough_to_abort_cp_sat():
     # OR-Tools 9.15 aborts the process when a tiny wall cap stops a hinted solve
     assert clock.make_solver(0.001, 0, 8, 0.001).parameters.max_time_in_seconds >= clock.MIN_WALL_S

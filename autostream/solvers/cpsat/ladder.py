@@ -187,9 +187,11 @@ def _solve_mode(problem: SchedulingProblem, mode: Mode, found: _Found, budget: f
 
 def _prove_core(core: SchedulingProblem, found: _Found, budget: float, opts: CpsatOptions,
                 deadline: float) -> None:
-    """The separate bound solve: the exact model of the core without shares."""
+    """The separate bound solve: the exact model of the core without shares, when it fits
+    one window and relaxes the core (a core over the window collapses its chains, and a
+    model with chains collapsed proves nothing of it)."""
     tg = _tasks(core, EXACT, opts.window)
-    if len(tg) <= opts.window:
+    if len(tg) <= opts.window and tg.relaxes:
         plan = plan_tasks(tg, core.streams, budget, dataclasses.replace(opts, sync_share=0.0),
                           deadline=deadline)
         found.add(tg, plan, bounds=True)
