@@ -21,7 +21,7 @@ from autostream.solvers.cpsat.pieces import cut_into_pieces
 from autostream.solvers.cpsat.stitch import PieceLayout, stitch
 from autostream.solvers.cpsat.tasks import build_tasks
 from autostream.stg import read_optimal_csv, read_stg
-from tests.factories import fork_join, identical_layers, model_problem, problems
+from tests.factories import fork_join, identical_layers, model_problem, problems, random_problem
 from tests.helpers import BASELINES, UniformCosts, assert_valid
 
 STG = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "stg"
@@ -98,6 +98,18 @@ def test_the_bound_solve_is_skipped_where_its_model_cannot_bound_the_core(monkey
     assert solved == [] and found.searches == []
     ladder._prove_core(core, found, 1.0, CpsatOptions(window=8), math.inf)
     assert len(solved) == 1 and solved[0].relaxes and found.bound == 4.0
+
+
+def test_one_stream_and_heft_are_planned_once_per_solve_when_the_graph_is_one_piece(monkeypatch):
+    from autostream.solvers import heft
+
+    p = next(q for q in (random_problem(seed, 30, streams=2) for seed in range(50))
+             if [piece.ops for piece in cut_into_pieces(q)] == [q.topo_order])
+    calls = []
+    real = heft.solve
+    monkeypatch.setattr(heft, "solve", lambda problem: calls.append(problem) or real(problem))
+    s = solve(p, "cpsat", time_limit=1.0, cache=False)
+    assert calls == [p] and s.stats.pieces == 1
 
 
 def test_no_solve_gets_a_wall_cap_short_enough_to_abort_cp_sat():

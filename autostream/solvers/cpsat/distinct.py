@@ -12,10 +12,11 @@ they are the same on every machine.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from autostream.problem import SchedulingProblem
+from autostream.schedule import Schedule
 from autostream.solvers.cpsat.bounds import core_graham
 from autostream.solvers.cpsat.clock import DET_PER_SECOND, wall_share
 from autostream.solvers.cpsat.ladder import PiecePlan, plan_piece
@@ -42,8 +43,11 @@ class PiecesPlan:
 
 
 def plan_distinct(problem: SchedulingProblem, pieces: Sequence[Piece], opts: CpsatOptions,
-                  deadline: float) -> PiecesPlan:
-    """Plan each distinct piece of ``problem`` once within ``opts.time_limit``."""
+                  deadline: float, baselines: Mapping[str, Schedule] | None = None
+                  ) -> PiecesPlan:
+    """Plan each distinct piece of ``problem`` once within ``opts.time_limit``
+    (``baselines``: :func:`.ladder.piece_baselines` of ``problem``, for a piece that is
+    the whole graph)."""
     keys = [piece_key(problem, p) for p in pieces]
     first: dict[str, Piece] = {}
     for k, p in zip(keys, pieces, strict=True):
@@ -53,7 +57,7 @@ def plan_distinct(problem: SchedulingProblem, pieces: Sequence[Piece], opts: Cps
     plans: dict[str, PiecePlan] = {}
     todo = sorted(weight, key=weight.__getitem__)  # stable: ties keep graph order
     for _ in range(ROUNDS):
-        _plan_round(problem, first, weight, todo, plans, opts, deadline)
+        _plan_round(problem, first, weight, todo, plans, opts, deadline, baselines)
         todo = [k for k in todo if not plans[k].optimal]
     bounds = {k: plans[k].bound if k in plans else _trivial_bound(problem, first[k])
               for k in first}
@@ -66,7 +70,7 @@ def plan_distinct(problem: SchedulingProblem, pieces: Sequence[Piece], opts: Cps
 
 def _plan_round(problem: SchedulingProblem, first: dict[str, Piece], weight: dict[str, int],
                 todo: list[str], plans: dict[str, PiecePlan], opts: CpsatOptions,
-                deadline: float) -> None:
+                deadline: float, baselines: Mapping[str, Schedule] | None) -> None:
     """Plan the pieces ``todo`` (again: warm-started from their plans) with the time left."""
     remaining = sum(weight[k] for k in todo)
     for k in todo:
@@ -76,7 +80,7 @@ def _plan_round(problem: SchedulingProblem, first: dict[str, Piece], weight: dic
             continue
         budget = max(left * weight[k] / remaining, least)
         plans[k] = _plan_one(problem, first[k], budget, opts,
-                             wall_share(deadline, weight[k], remaining), plans.get(k))
+                             wall_share(deadline, weight[k], remaining), plans.get(k), baselines)
         remaining -= weight[k]
 
 
@@ -85,12 +89,14 @@ def _det_used(plans: Iterable[PiecePlan]) -> float:
 
 
 def _plan_one(problem: SchedulingProblem, piece: Piece, budget: float, opts: CpsatOptions,
-              deadline: float, earlier: PiecePlan | None) -> PiecePlan:
+              deadline: float, earlier: PiecePlan | None,
+              baselines: Mapping[str, Schedule] | None) -> PiecePlan:
     whole = piece.head is None and piece.tail is None and not piece.loose
     sub = problem if whole else piece_problem(problem, piece)
     core = core_problem(problem, piece) if piece.loose else sub
     warm = earlier.schedule if earlier is not None else None
-    plan = plan_piece(sub, core, budget, opts, deadline, warm)
+    known = earlier.baselines if earlier is not None else baselines if whole else None
+    plan = plan_piece(sub, core, budget, opts, deadline, warm, known)
     plan = plan.with_bound(core_graham(core, piece))
     return plan if earlier is None else plan.merged(earlier)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autostream.problem import SchedulingProblem
@@ -76,6 +77,8 @@ class PiecePlan:
     #: how much the integer model's rounding may hide (us): a plan within ``bound +
     #: resolution`` is optimal as far as the model can tell
     resolution: float = 0.0
+    #: one stream's and HEFT's plans of the piece (a later round of it starts from them)
+    baselines: Mapping[str, Schedule] = field(default_factory=dict)
 
     @property
     def deterministic(self) -> bool:
@@ -145,17 +148,18 @@ class _Found:
 
 
 def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: float,
-               opts: CpsatOptions, deadline: float, warm: Schedule | None = None) -> PiecePlan:
+               opts: CpsatOptions, deadline: float, warm: Schedule | None = None,
+               baselines: Mapping[str, Schedule] | None = None) -> PiecePlan:
     """Plan ``problem`` within ``budget`` seconds (deterministic clock) and bound ``core``.
 
     ``warm``: a plan of ``problem`` to start from (it competes with HEFT's for the hint).
+    ``baselines``: :func:`piece_baselines` of ``problem``, when the caller has them.
     """
     modes = contention_modes(problem, opts.contention)
     # with lanes the models plan a transfer on a stream (pessimistic): no proof from them
     own_bound = modes == (EXACT,) and core is problem and not core.pinned
     prove = not own_bound and _path_bound(core) and not core.pinned
-    found = _Found({"single": single.solve(problem), "heft": heft.solve(problem)},
-                   core.lower_bound())
+    found = _Found(dict(baselines or piece_baselines(problem)), core.lower_bound())
     if warm is not None:
         found.candidates["warm"] = warm
     share = budget * (1 - BOUND_SHARE * prove - SEARCH_SHARE) / len(modes)
@@ -167,6 +171,11 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
         _prove_core(core, found, max(budget * BOUND_SHARE, budget * (1 - SEARCH_SHARE) - found.used),
                     opts, wall_share(deadline, BOUND_SHARE, BOUND_SHARE + SEARCH_SHARE))
     return _best(problem, found, budget * SEARCH_SHARE)
+
+
+def piece_baselines(problem: SchedulingProblem) -> dict[str, Schedule]:
+    """The plans every piece's plan competes with: one stream and HEFT."""
+    return {"single": single.solve(problem), "heft": heft.solve(problem)}
 
 
 def _solve_mode(problem: SchedulingProblem, mode: Mode, found: _Found, budget: float,
@@ -207,7 +216,7 @@ def _best(problem: SchedulingProblem, found: _Found, search_seconds: float) -> P
         if moved.makespan < best.makespan:
             best, source = moved, f"{source}+moves"
     return PiecePlan(best, source, found.bound, found.proven, tuple(found.searches), found.tasks,
-                     found.resolution)
+                     found.resolution, {k: found.candidates[k] for k in ("single", "heft")})
 
 
 def _evaluations(problem: SchedulingProblem, seconds: float) -> int:

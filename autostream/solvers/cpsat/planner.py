@@ -12,13 +12,19 @@ import time
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
-from autostream.solvers import critical_path, heft, nimble, opara, round_robin, single, tf_greedy
+from autostream.solvers import critical_path, nimble, opara, round_robin, tf_greedy
 from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_edges
 from autostream.solvers.base import schedule_from_assignment
 from autostream.solvers.cpsat.bounds import pieces_lower_bound
 from autostream.solvers.cpsat.clock import DET_PER_SECOND, WALL_FACTOR
 from autostream.solvers.cpsat.distinct import plan_distinct
-from autostream.solvers.cpsat.ladder import LADDER, PiecePlan, best_candidate, plan_piece
+from autostream.solvers.cpsat.ladder import (
+    LADDER,
+    PiecePlan,
+    best_candidate,
+    piece_baselines,
+    plan_piece,
+)
 from autostream.solvers.cpsat.options import CpsatOptions
 from autostream.solvers.cpsat.pieces import Piece, cut_into_pieces
 from autostream.solvers.cpsat.stats import CpsatStats
@@ -50,7 +56,8 @@ def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float,
           deadline: float) -> Schedule:
     """The named steps of a solve (see the module docstring)."""
     pieces = _pieces(problem, opts)
-    planned = plan_distinct(problem, pieces, opts, deadline)
+    baselines = piece_baselines(problem)  # a whole-graph piece and the polish start from them
+    planned = plan_distinct(problem, pieces, opts, deadline, baselines)
     plans = list(planned.plans)
     candidates: dict[str, Schedule] = {}
     bound = problem.lower_bound()
@@ -60,11 +67,12 @@ def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float,
         bound = pieces_lower_bound(problem, pieces, planned.core_bounds)
     if _worth_polishing(problem, opts, pieces, candidates, bound + planned.resolution):
         whole = plan_piece(problem, problem, _time_left(opts, plans), opts, deadline,
-                           warm=candidates["cpsat"])
+                           warm=candidates["cpsat"], baselines=baselines)
         candidates["cpsat"] = whole.schedule
         bound = max(bound, whole.bound)
         plans.append(whole)
-    candidates.update(_baselines(problem, opts))  # cheap: after the searches, in the reserve
+    candidates.update(baselines)
+    candidates.update(_portfolio(problem, opts))  # cheap: after the searches, in the reserve
     edges = transitive_reduction_edges(problem.graph, problem.topo_order)
     best = best_candidate(problem, candidates, _PREFERENCE, edges)
     return _finish(problem, candidates, best, bound, edges, pieces, plans, planned.resolution,
@@ -85,14 +93,13 @@ def _time_left(opts: CpsatOptions, plans: list[PiecePlan]) -> float:
     return max(opts.time_limit - used / DET_PER_SECOND, 0.0)
 
 
-def _baselines(problem: SchedulingProblem, opts: CpsatOptions) -> dict[str, Schedule]:
-    """One stream and HEFT always (so never worse than its warm start), the others with
-    ``portfolio``."""
-    out = {"single": single.solve(problem), "heft": heft.solve(problem)}
-    if opts.portfolio:
-        out.update((name, fn(problem)) for name, fn in _BASELINES.items()
-                   if len(problem.graph) <= _PORTFOLIO_MAX_OPS or name != "nimble")
-    return out
+def _portfolio(problem: SchedulingProblem, opts: CpsatOptions) -> dict[str, Schedule]:
+    """The cheap baselines with ``portfolio`` (one stream and HEFT are always candidates,
+    so the plan is never worse than its warm start)."""
+    if not opts.portfolio:
+        return {}
+    return {name: fn(problem) for name, fn in _BASELINES.items()
+            if len(problem.graph) <= _PORTFOLIO_MAX_OPS or name != "nimble"}
 
 
 def _pieces(problem: SchedulingProblem, opts: CpsatOptions) -> list[Piece]:
