@@ -17,7 +17,7 @@ from autostream.solvers.cpsat import clock, ladder, task_plan
 from autostream.solvers.cpsat.bounds import graham_by_pieces
 from autostream.solvers.cpsat.model import WindowResult
 from autostream.solvers.cpsat.options import CpsatOptions
-from autostream.solvers.cpsat.pieces import cut_into_pieces
+from autostream.solvers.cpsat.pieces import Piece, cut_into_pieces
 from autostream.solvers.cpsat.stitch import PieceLayout, stitch
 from autostream.solvers.cpsat.tasks import build_tasks
 from autostream.stg import read_optimal_csv, read_stg
@@ -243,6 +243,19 @@ def test_a_piece_cut_by_the_wall_clock_makes_the_whole_plan_not_reproducible(mon
     assert s.stats.pieces == 12 and s.stats.deterministic is False
 
 
+def test_a_graph_whose_cuts_leave_one_piece_to_plan_is_planned_whole():
+    from autostream.solvers.cpsat.planner import _pieces
+
+    g = nx.DiGraph([("a", "b"), ("b", "c"), ("b", "d"), ("c", "e"), ("d", "e")])
+    nx.set_node_attributes(g, 1.0, "duration")
+    p = SchedulingProblem(g, streams=2)
+    assert len(cut_into_pieces(p)) > 1
+    assert _pieces(p, CpsatOptions()) == [Piece(p.topo_order, None, None)]
+    layered = SchedulingProblem(identical_layers(3), streams=2)
+    assert _pieces(layered, CpsatOptions()) == cut_into_pieces(layered)
+    assert len(cut_into_pieces(layered)) > 1
+
+
 def test_pieces_partition_the_graph_and_the_bound_holds():
     g = identical_layers(5)
     p = SchedulingProblem(g, streams=3, sync_latency_us=1.0)
@@ -283,7 +296,8 @@ def test_each_piece_is_renumbered_so_its_head_keeps_the_stream_it_was_given():
 
 @pytest.mark.skipif(not STG.is_dir(), reason="STG benchmark not present")
 @pytest.mark.parametrize(("graph", "streams"), [("50/rand0000.stg", 2), ("50/rand0000.stg", 8),
-                                                ("100/rand0000.stg", 8)])
+                                                ("100/rand0000.stg", 8),
+                                                ("100/rand0029.stg", 2)])  # cut near its source
 def test_stg_instances_reach_the_proven_optimum(graph, streams):
     optimum = read_optimal_csv(STG / "optimal.csv")[(graph, streams)].upper
     p = read_stg(STG / graph, streams=streams)

@@ -103,12 +103,24 @@ def _portfolio(problem: SchedulingProblem, opts: CpsatOptions) -> dict[str, Sche
 
 
 def _pieces(problem: SchedulingProblem, opts: CpsatOptions) -> list[Piece]:
-    """The pieces to plan: none when there is nothing to place, one without ``decompose``."""
+    """The pieces to plan: none when there is nothing to place, one without ``decompose``
+    or when cutting a graph that fits one model leaves a single piece with ops to place
+    (cuts near a source of STG graphs): that piece is the graph less a few ops, but its
+    loose ops cost it its own bound, so its search can neither prove nor stop early."""
     if problem.streams == 1 or len(problem.graph) <= 1:
         return []
+    whole = [Piece(problem.topo_order, None, None)]
     if not opts.decompose:
-        return [Piece(problem.topo_order, None, None)]
-    return cut_into_pieces(problem)
+        return whole
+    pieces = cut_into_pieces(problem)
+    if len(problem.graph) <= opts.window and sum(_has_choices(problem, p) for p in pieces) <= 1:
+        return whole
+    return pieces
+
+
+def _has_choices(problem: SchedulingProblem, piece: Piece) -> bool:
+    """Does the piece place two ops that take time (else it has nothing to decide)?"""
+    return sum(problem.duration(v) > 0 for v in piece.own) > 1
 
 
 def _deadline(problem: SchedulingProblem, seconds: float, started: float) -> float:
