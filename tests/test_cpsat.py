@@ -251,6 +251,10 @@ def test_a_graph_whose_cuts_leave_one_piece_to_plan_is_planned_whole():
     p = SchedulingProblem(g, streams=2)
     assert len(cut_into_pieces(p)) > 1
     assert _pieces(p, CpsatOptions()) == [Piece(p.topo_order, None, None)]
+    # ops that can oversubscribe the device: no model bounds the whole graph, keep the cuts
+    nx.set_node_attributes(g, 0.8, "share")
+    contended = SchedulingProblem(g, streams=2)
+    assert _pieces(contended, CpsatOptions()) == cut_into_pieces(contended)
     layered = SchedulingProblem(identical_layers(3), streams=2)
     assert _pieces(layered, CpsatOptions()) == cut_into_pieces(layered)
     assert len(cut_into_pieces(layered)) > 1

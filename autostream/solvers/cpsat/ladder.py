@@ -156,8 +156,7 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
     ``baselines``: :func:`piece_baselines` of ``problem``, when the caller has them.
     """
     modes = contention_modes(problem, opts.contention)
-    # with lanes the models plan a transfer on a stream (pessimistic): no proof from them
-    own_bound = modes == (EXACT,) and core is problem and not core.pinned
+    own_bound = core is problem and bounds_itself(problem, opts)
     prove = not own_bound and _path_bound(core) and not core.pinned
     found = _Found(dict(baselines or piece_baselines(problem)), core.lower_bound())
     if warm is not None:
@@ -171,6 +170,13 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
         _prove_core(core, found, max(budget * BOUND_SHARE, budget * (1 - SEARCH_SHARE) - found.used),
                     opts, wall_share(deadline, BOUND_SHARE, BOUND_SHARE + SEARCH_SHARE))
     return _best(problem, found, budget * SEARCH_SHARE)
+
+
+def bounds_itself(problem: SchedulingProblem, opts: CpsatOptions) -> bool:
+    """Does the model that plans ``problem`` also bound it?  Only the exact model without
+    shares (no contention possible) does; with lanes the models plan a transfer on a
+    stream (pessimistic), so no proof comes from them."""
+    return contention_modes(problem, opts.contention) == (EXACT,) and not problem.pinned
 
 
 def piece_baselines(problem: SchedulingProblem) -> dict[str, Schedule]:

@@ -22,6 +22,7 @@ from autostream.solvers.cpsat.ladder import (
     LADDER,
     PiecePlan,
     best_candidate,
+    bounds_itself,
     piece_baselines,
     plan_piece,
 )
@@ -104,16 +105,18 @@ def _portfolio(problem: SchedulingProblem, opts: CpsatOptions) -> dict[str, Sche
 
 def _pieces(problem: SchedulingProblem, opts: CpsatOptions) -> list[Piece]:
     """The pieces to plan: none when there is nothing to place, one without ``decompose``
-    or when cutting a graph that fits one model leaves a single piece with ops to place
-    (cuts near a source of STG graphs): that piece is the graph less a few ops, but its
-    loose ops cost it its own bound, so its search can neither prove nor stop early."""
+    or when cutting a graph that fits one model, whose model bounds it, leaves a single
+    piece with ops to place (cuts near a source of STG graphs): that piece is the graph
+    less a few ops, but its loose ops cost it its own bound, so its search can neither
+    prove nor stop early."""
     if problem.streams == 1 or len(problem.graph) <= 1:
         return []
     whole = [Piece(problem.topo_order, None, None)]
     if not opts.decompose:
         return whole
     pieces = cut_into_pieces(problem)
-    if len(problem.graph) <= opts.window and sum(_has_choices(problem, p) for p in pieces) <= 1:
+    if (len(problem.graph) <= opts.window and bounds_itself(problem, opts)
+            and sum(_has_choices(problem, p) for p in pieces) <= 1):
         return whole
     return pieces
 
