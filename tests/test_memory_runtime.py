@@ -34,21 +34,37 @@ def _peaks(gm, args, calls=3):
     return out
 
 
+def _planned(graph, streams, budget):
+    """The memory of the plan HEFT makes for ``graph`` on the H200 table (applied in place)."""
+    stream_pass = AutoStreamPass(max_streams=streams, solver="heft", cost_table="h200",
+                                 max_memory_increase=budget)
+    stream_pass(graph.gm)
+    report = stream_pass.last_report
+    assert report.applied, report.reason
+    return report.plan.memory
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_measured_peak_agrees_with_the_prediction(name):
     [graph] = capture(*MODELS[name]())
     single = _peaks(graph.gm, graph.args)
-    stream_pass = AutoStreamPass(max_streams=2, solver="heft", cost_table="h200",
-                                 max_memory_increase=None)
-    stream_pass(graph.gm)
-    report = stream_pass.last_report
-    assert report.applied, report.reason
-    memory = report.plan.memory
+    memory = _planned(graph, 2, None)
     assert all(m.peak_bytes == memory.single_stream_peak_bytes for m in single)
     for measured in _peaks(graph.gm, graph.args):
         assert abs(memory.peak_bytes / measured.peak_bytes - 1) <= 0.10
         assert measured.peak_bytes <= memory.bound_bytes
         assert measured.input_bytes == memory.profile.input_bytes
+
+
+@pytest.mark.parametrize("budget", [None, "10%,256KiB"])
+def test_no_run_holds_more_than_the_bound(budget):
+    [graph] = capture(*parallel_block(tokens=256))
+    memory = _planned(graph, 3, budget)
+    assert memory.peak_bytes <= memory.bound_bytes
+    if budget is not None:
+        assert memory.bound_bytes <= memory.limit_bytes
+    peaks = [m.peak_bytes for m in _peaks(graph.gm, graph.args, calls=20)]
+    assert max(peaks) <= memory.bound_bytes, (peaks, memory.bound_bytes)
 
 
 def test_live_bytes_counts_each_storage_once_and_keeps_inputs():

@@ -12,29 +12,15 @@ serial machine of its own beside the streams, with no sync latency on its edges.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
-from autostream.solvers.base import check_options, launch_order, schedule_from_assignment
+from autostream.solvers.base import Timed, check_options, launch_order, schedule_from_assignment
 
 _EPS = 1e-9
 
 #: how many of a stream's latest busy intervals the gap search looks into
 INSERTION_WINDOW = 64
-
-
-@dataclass(frozen=True)
-class Placement:
-    """A capacity-feasible placement: stream, start and end of every op."""
-
-    stream_of: dict[str, int]
-    start: dict[str, float]
-    end: dict[str, float]
-
-    @property
-    def makespan(self) -> float:
-        return max(self.end.values(), default=0.0)
 
 
 def upward_rank(problem: SchedulingProblem) -> dict[str, float]:
@@ -138,8 +124,9 @@ def _machine(problem: SchedulingProblem, stream: int) -> int:
     return stream if stream >= 0 else problem.streams - stream - 1
 
 
-def heft_placement(problem: SchedulingProblem) -> Placement:
-    """Run HEFT and return its capacity-feasible placement (used as a CP-SAT hint)."""
+def heft_placement(problem: SchedulingProblem) -> Timed:
+    """Run HEFT and return its capacity-feasible placement: stream, start and end of every
+    op (used as a CP-SAT hint)."""
     rank = upward_rank(problem)
     idx = problem.topo_index
     queue = sorted(problem.graph, key=lambda n: (-rank[n], idx[n]))
@@ -171,7 +158,7 @@ def heft_placement(problem: SchedulingProblem) -> Placement:
         timeline.place(_machine(problem, s), t, d, share)
         stream_of[n], start[n], end[n] = s, t, t + d
         used = max(used, s + 1)
-    return Placement(stream_of, start, end)
+    return Timed(stream_of, start, end)
 
 
 def solve(problem: SchedulingProblem, **options: object) -> Schedule:
