@@ -87,10 +87,13 @@ def fake_storages(node: torch.fx.Node) -> list[StorageRef] | None:
             for t in fakes]
 
 
-def alias_groups(nodes: Iterable[torch.fx.Node]) -> dict[str, str] | None:
+def alias_groups(nodes: Iterable[torch.fx.Node],
+                 storages_of: Mapping[str, list[StorageRef] | None] | None = None
+                 ) -> dict[str, str] | None:
     """Node name -> the name of the first node of its alias group (values sharing storage).
 
     ``None`` when a value-producing node has no fake value (aliasing unknown).
+    ``storages_of``: each node's :func:`fake_storages`, when the caller has them.
     """
     parent: dict[str, str] = {}
 
@@ -104,7 +107,7 @@ def alias_groups(nodes: Iterable[torch.fx.Node]) -> dict[str, str] | None:
     for node in nodes:
         if node.op == "output":
             continue
-        storages = fake_storages(node)
+        storages = storages_of[node.name] if storages_of is not None else fake_storages(node)
         if storages is None:
             return None
         parent[node.name] = node.name
@@ -152,7 +155,7 @@ def release_points(
     crossing = [g for g in groups.values() if not g.returned and len(g.streams) > 1]
     if group_of is None:
         out.update({m: None for g in crossing for m in g.members})
-    else:
+    elif crossing:
         out.update(_joined_releases(steps, crossing))
     order = [*inputs, *(s.name for s in steps if s.kind == "op")]
     return {v: out[v] for v in order}
@@ -222,9 +225,13 @@ def _joined_releases(steps: Sequence[LaunchStep], groups: list[_Group]) -> dict[
             for t in step.tokens:
                 for s, c in token_clock.get(t, {}).items():
                     vc[s] = max(vc.get(s, 0), c)
-        waiting = pending.get(step.stream, [])
-        done = [g for g in waiting if g.last_step <= i
-                and all(vc.get(s, 0) >= p for s, p in g.needs.items())]
+        waiting = pending.get(step.stream, [])  # by last read: the rest are not yet due
+        due = []
+        for g in waiting:
+            if g.last_step > i:
+                break
+            due.append(g)
+        done = [g for g in due if all(vc.get(s, 0) >= p for s, p in g.needs.items())]
         for g in done:
             waiting.remove(g)
             out.update(dict.fromkeys(g.members, i))

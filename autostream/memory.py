@@ -104,8 +104,9 @@ class GraphMemory:
         allocated_by: dict[str, str] = {}
         unsized: list[str] = []
         devices: set[str] = set()
+        refs = {node.name: fake_storages(node) for node in nodes}
         for node in nodes:
-            keys = fake_storages(node)
+            keys = refs[node.name]
             if keys is None:
                 unsized.append(node.name)
                 keys = []
@@ -126,7 +127,7 @@ class GraphMemory:
                    for n in nodes if n.op not in sources},
             inputs=tuple(n.name for n in nodes if n.op in sources),
             outputs=frozenset(n.name for n in output.all_input_nodes),
-            group_of=alias_groups(nodes), unsized=tuple(unsized),
+            group_of=alias_groups(nodes, refs), unsized=tuple(unsized),
             device_type=min(devices - {"cpu", "meta"}, default="cpu"))
 
     @classmethod
