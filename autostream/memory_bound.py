@@ -81,11 +81,10 @@ def _events(steps: Sequence[LaunchStep]) -> _Events:
         else:
             if step.kind == "record":
                 recorded[step.name] = count
-            elif step.name != JOIN:
-                wait_before[step.name] = count
-                waits.append((count, step.tokens))
             else:
                 waits.append((count, step.tokens))
+                if step.name != JOIN:
+                    wait_before[step.name] = count
             count += 1
         if step.stream in last:
             edges.append((last[step.stream], first))
