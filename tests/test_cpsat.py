@@ -335,3 +335,21 @@ def test_four_interleaved_workers_give_one_plan_over_repeated_solves():
                                 cache=False).stream_of.items()))
              for _ in range(12)}
     assert len(plans) == 1
+
+
+def test_a_small_graph_s_searches_stay_within_its_budget():
+    """A 67-op graph whose ops contend (the ladder's three models): later rounds and the
+    whole-graph polish run only when what is left pays for their solves' least budget, so
+    the searches' deterministic time stays within the budget (they used to spend 1.6x it)."""
+    import torch
+
+    from autostream.planning import load_cost_model
+    from autostream.zoo import ZOO
+
+    model, inputs = ZOO["parallel"]()
+    with torch.no_grad():
+        problem = model_problem(model, inputs, load_cost_model("ascend910b"), 4)
+    assert len(ladder.contention_modes(problem, "auto")) == 3
+    s = solve(problem, "cpsat", wall_clock=False, cache=False)
+    budget = CpsatOptions().seconds(len(problem.graph))
+    assert s.stats.deterministic_time <= 1.1 * budget * clock.DET_PER_SECOND

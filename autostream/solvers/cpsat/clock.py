@@ -31,6 +31,8 @@ PORTFOLIO_MIN_S = 1.0
 #: limit even on a loaded machine (and OR-Tools 9.15 aborts the whole process, a failed
 #: ``CHECK``, when a tiny wall cap stops a hinted interleaved search early).
 MIN_WALL_S = 1.0
+#: the least budget one solve gets (s): less may stop CP-SAT before it has read its hint
+MIN_SOLVE_S = 0.01
 
 
 def make_solver(budget: float, seed: int, workers: int, wall_left: float = float("inf"),
@@ -55,7 +57,7 @@ def make_solver(budget: float, seed: int, workers: int, wall_left: float = float
     p.interleave_batch_size = workers
     if not use_lp:
         p.linearization_level = 0
-    p.max_deterministic_time = max(budget, 0.02) * DET_PER_SECOND
+    p.max_deterministic_time = max(budget, MIN_SOLVE_S) * DET_PER_SECOND
     if math.isfinite(wall_left):  # infinite: the deterministic clock alone (wall_clock=False)
         p.max_time_in_seconds = max(min(budget * WALL_FACTOR, wall_left), MIN_WALL_S)
     return solver

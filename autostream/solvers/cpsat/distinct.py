@@ -25,6 +25,8 @@ from autostream.solvers.cpsat.pieces import Piece, core_problem, piece_key, piec
 from autostream.solvers.cpsat.stitch import PieceLayout, stitch
 
 #: the share of the time every distinct piece gets at least, whatever the others used
+#: (a later round plans a piece again only with this much left, and at least what its
+#: models' solves cost: :func:`.ladder.least_budget`)
 MIN_PIECE_SHARE = 0.1
 #: passes over the pieces: the later ones spend the time left on the pieces whose
 #: plans are not proven optimal
@@ -76,9 +78,9 @@ def _plan_round(problem: SchedulingProblem, first: dict[str, Piece], weight: dic
     for k in todo:
         left = opts.time_limit - _det_used(plans.values()) / DET_PER_SECOND
         least = MIN_PIECE_SHARE * opts.time_limit
-        if k in plans and left < least:
-            continue
         budget = max(left * weight[k] / remaining, least)
+        if k in plans and (left < least or budget < plans[k].least):
+            continue
         plans[k] = _plan_one(problem, first[k], budget, opts,
                              wall_share(deadline, weight[k], remaining), plans.get(k), baselines)
         remaining -= weight[k]

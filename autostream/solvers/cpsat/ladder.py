@@ -62,6 +62,9 @@ BOUND_SHARE = 0.3
 #: op simulations it counts per second (a 100-op plan simulates in about a millisecond)
 SEARCH_SHARE = 0.2
 OP_SIMULATIONS_PER_SECOND = 100_000
+#: the least time worth a model's solve (s): a piece is planned again only when each of
+#: its models gets this much (:func:`least_budget`)
+MIN_MODE_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class PiecePlan:
     resolution: float = 0.0
     #: one stream's and HEFT's plans of the piece (a later round of it starts from them)
     baselines: Mapping[str, Schedule] = field(default_factory=dict)
+    #: the least a later plan of the piece costs (s, :func:`least_budget`)
+    least: float = 0.0
 
     @property
     def deterministic(self) -> bool:
@@ -169,7 +174,19 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
     if prove:
         _prove_core(core, found, max(budget * BOUND_SHARE, budget * (1 - SEARCH_SHARE) - found.used),
                     opts, wall_share(deadline, BOUND_SHARE, BOUND_SHARE + SEARCH_SHARE))
-    return _best(problem, found, budget * SEARCH_SHARE)
+    return _best(problem, found, budget * SEARCH_SHARE, least_budget(problem, opts))
+
+
+def least_budget(problem: SchedulingProblem, opts: CpsatOptions) -> float:
+    """The least time worth a plan of ``problem`` by :func:`plan_piece`: ``MIN_MODE_S``
+    for each of its models.
+
+    >>> import networkx as nx
+    >>> g = nx.DiGraph(); g.add_nodes_from("ab", duration=1.0, share=0.8)
+    >>> least_budget(SchedulingProblem(g, streams=2), CpsatOptions())
+    0.15000000000000002
+    """
+    return len(contention_modes(problem, opts.contention)) * MIN_MODE_S
 
 
 def bounds_itself(problem: SchedulingProblem, opts: CpsatOptions) -> bool:
@@ -212,7 +229,8 @@ def _prove_core(core: SchedulingProblem, found: _Found, budget: float, opts: Cps
         found.add(tg, plan, bounds=True)
 
 
-def _best(problem: SchedulingProblem, found: _Found, search_seconds: float) -> PiecePlan:
+def _best(problem: SchedulingProblem, found: _Found, search_seconds: float,
+          least: float) -> PiecePlan:
     """The fastest candidate, improved by the local search when not known to be optimal."""
     source = best_candidate(problem, found.candidates,
                             ("single", "warm", *(m.name for m in LADDER), "heft"))
@@ -222,7 +240,8 @@ def _best(problem: SchedulingProblem, found: _Found, search_seconds: float) -> P
         if moved.makespan < best.makespan:
             best, source = moved, f"{source}+moves"
     return PiecePlan(best, source, found.bound, found.proven, tuple(found.searches), found.tasks,
-                     found.resolution, {k: found.candidates[k] for k in ("single", "heft")})
+                     found.resolution, {k: found.candidates[k] for k in ("single", "heft")},
+                     least)
 
 
 def _evaluations(problem: SchedulingProblem, seconds: float) -> int:

@@ -17,12 +17,13 @@ from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_
 from autostream.solvers.base import schedule_from_assignment
 from autostream.solvers.cpsat.bounds import pieces_lower_bound
 from autostream.solvers.cpsat.clock import DET_PER_SECOND, WALL_FACTOR
-from autostream.solvers.cpsat.distinct import plan_distinct
+from autostream.solvers.cpsat.distinct import MIN_PIECE_SHARE, plan_distinct
 from autostream.solvers.cpsat.ladder import (
     LADDER,
     PiecePlan,
     best_candidate,
     bounds_itself,
+    least_budget,
     piece_baselines,
     plan_piece,
 )
@@ -66,7 +67,7 @@ def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float,
         candidates["cpsat"] = schedule_from_assignment(
             problem, planned.stream_of, "cpsat", order=planned.order)
         bound = pieces_lower_bound(problem, pieces, planned.core_bounds)
-    if _worth_polishing(problem, opts, pieces, candidates, bound + planned.resolution):
+    if _worth_polishing(problem, opts, pieces, candidates, bound + planned.resolution, plans):
         whole = plan_piece(problem, problem, _time_left(opts, plans), opts, deadline,
                            warm=candidates["cpsat"], baselines=baselines)
         candidates["cpsat"] = whole.schedule
@@ -81,12 +82,16 @@ def _plan(problem: SchedulingProblem, opts: CpsatOptions, started: float,
 
 
 def _worth_polishing(problem: SchedulingProblem, opts: CpsatOptions, pieces: list[Piece],
-                     candidates: dict[str, Schedule], bound: float) -> bool:
-    """A graph that fits one model, cut into several pieces, without a proven optimum:
-    the whole-graph model, warm-started from the stitched plan, may do better (the
-    cuts moved ops, and a piece's plan cannot use the idle time of its neighbours)."""
+                     candidates: dict[str, Schedule], bound: float,
+                     plans: list[PiecePlan]) -> bool:
+    """A graph that fits one model, cut into several pieces, without a proven optimum,
+    with the time a piece gets at least still left: the whole-graph model,
+    warm-started from the stitched plan, may do better (the cuts moved ops, and a
+    piece's plan cannot use the idle time of its neighbours)."""
     return (len(pieces) > 1 and len(problem.graph) <= opts.window
-            and candidates["cpsat"].makespan > bound + 1e-6)
+            and candidates["cpsat"].makespan > bound + 1e-6
+            and _time_left(opts, plans) >= max(MIN_PIECE_SHARE * opts.time_limit,
+                                               least_budget(problem, opts)))
 
 
 def _time_left(opts: CpsatOptions, plans: list[PiecePlan]) -> float:

@@ -33,6 +33,9 @@ from autostream.solvers.cpsat.options import CpsatOptions
 from autostream.solvers.cpsat.tasks import SHARE_UNITS, TaskGraph
 from autostream.solvers.cpsat.windows import Placed, Window, cut_windows, greedy_window, upward_rank
 
+#: the least budget a window of a many-window plan gets (s): later windows are often
+#: reuses, so an early one may take more than its share
+MIN_WINDOW_S = 0.05
 #: CP-SAT statuses, worst first: a plan's status is the worst of its windows'
 _STATUSES = ("UNKNOWN", "MODEL_INVALID", "INFEASIBLE", "FEASIBLE", "OPTIMAL")
 
@@ -111,7 +114,7 @@ def plan_tasks(
         else:
             left = budget - progress.det / DET_PER_SECOND
             # a quarter of what is left at least: later windows are often reuses
-            share = max(0.05, left * len(tasks) / remaining, left / 4)
+            share = left if single else max(MIN_WINDOW_S, left * len(tasks) / remaining, left / 4)
             hint = _hint(tg, win, streams, rank, warm if single else None)
             limits = SolveLimits(
                 share * (1 - opts.sync_share) if single else share, opts.seed, opts.workers,
