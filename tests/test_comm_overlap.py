@@ -14,7 +14,14 @@ import torch
 from autostream import passes
 from autostream.comm.spawn import run_ranks
 from autostream.passes import AutoStreamPass, Outcome
-from autostream.planning import PlanOptions, plan_graph
+from autostream.planning import (
+    PlanOptions,
+    overlap_on_one_stream,
+    plan_graph,
+    sink_transfer_readers,
+)
+from autostream.problem import SchedulingProblem
+from autostream.solvers import solve
 from tests.helpers import UniformCosts
 from tests.test_comm import gloo_table, two_allreduces
 
@@ -44,6 +51,37 @@ def test_the_pass_applies_the_reorder_and_the_verifier_accepts_it(monkeypatch):
     after = _calls(gm)
     assert sorted(after) == sorted(before), "moved, never added: no stream ops on one stream"
     assert after.index("wait_tensor") > after.index("tanh3") > before.index("wait_tensor")
+
+
+def _short_transfer_problem() -> SchedulingProblem:
+    """A launch whose transfer is predicted shorter than the chain beside it, its wait and
+    the wait's reader; a 4-op chain; a second (coalesced) launch of the chain's second op,
+    read through a ``getitem``."""
+    import networkx as nx
+
+    g = nx.DiGraph([("launch", "xfer"), ("xfer", "wait"), ("wait", "add"), ("c1", "launch2"),
+                    ("launch2", "xfer2"), ("xfer2", "get"), ("get", "wait2"),
+                    ("c0", "c1"), ("c1", "c2"), ("c2", "c3"), ("launch", "launch2")])
+    g.add_nodes_from(["launch", "wait", "add", "launch2", "get", "wait2", "c0", "c1", "c2", "c3"],
+                     duration=10.0)
+    g.add_node("get", duration=0.0)
+    g.add_nodes_from(["xfer", "xfer2"], duration=5.0, lane="link:0")
+    return SchedulingProblem(g, streams=1)
+
+
+def test_a_wait_goes_after_the_compute_that_does_not_need_it_even_when_the_transfer_looks_short():
+    """HEFT places the wait where the predicted transfer ends (free in the model); a real
+    transfer that takes longer then stalls the stream.  The sunk order waits last."""
+    p = _short_transfer_problem()
+    heft = solve(p, "heft")
+    assert heft.order.index("wait") < heft.order.index("c3")  # the early wait being fixed
+    order = sink_transfer_readers(p, heft.order)
+    assert order.index("wait") > order.index("c3") and order.index("add") > order.index("wait")
+    assert order.index("get") < order.index("wait2")
+    fixed = [n for n in heft.order if n not in {"wait", "add", "get", "wait2"}]
+    assert [n for n in order if n in fixed] == fixed  # launches and compute keep their order
+    s = overlap_on_one_stream(p)
+    assert s.solver == "overlap" and s.makespan <= heft.makespan + 1e-9
 
 
 def test_a_graph_without_collectives_keeps_its_program_order():
