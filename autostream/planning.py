@@ -302,7 +302,8 @@ def overlap_on_one_stream(problem: SchedulingProblem) -> Schedule:
 def sink_transfer_readers(problem: SchedulingProblem, order: Sequence[str]) -> tuple[str, ...]:
     """``order`` with each op that reads a transfer (a collective's wait, a ``getitem`` of
     a coalesced result), and each op after those that launches no collective, moved to
-    just before its first successor (the end when none), the latest first.
+    just before its first successor (the end when none); the moved ops keep their order
+    among themselves.
 
     A reader blocks its stream until the transfer is done: placed as late as the ops
     that need it allow, the compute before it overlaps the transfer however long the
@@ -319,9 +320,11 @@ def sink_transfer_readers(problem: SchedulingProblem, order: Sequence[str]) -> t
     """
     g = problem.graph
     lanes = problem.pinned
-    readers = {n for n in g if n not in lanes and any(p in lanes for p in g.predecessors(n))}
-    after = readers.union(*(nx.descendants(g, n) for n in readers))
-    movable = {n for n in after if n not in lanes and not any(m in lanes for m in g.successors(n))}
+    after: set[str] = set()  # the readers and everything after them: one pass in order
+    for n in order:
+        if n not in lanes and any(p in lanes or p in after for p in g.predecessors(n)):
+            after.add(n)
+    movable = {n for n in after if not any(m in lanes for m in g.successors(n))}
     fixed = [n for n in order if n not in movable]
     slot = {n: i for i, n in enumerate(fixed)}
     before: dict[str, int] = {}  # movable op -> the fixed op it goes right before

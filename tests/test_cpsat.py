@@ -337,7 +337,7 @@ def test_four_interleaved_workers_give_one_plan_over_repeated_solves():
     assert len(plans) == 1
 
 
-def test_a_small_graph_s_searches_stay_within_its_budget():
+def test_the_searches_of_a_small_graph_stay_within_its_budget():
     """A 67-op graph whose ops contend (the ladder's three models): later rounds and the
     whole-graph polish run only when what is left pays for their solves' least budget, so
     the searches' deterministic time stays within the budget (they used to spend 1.6x it)."""
