@@ -35,7 +35,7 @@ from autostream.dialects.torchair import is_stream_op
 from autostream.graph import target_name
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
-from autostream.stages import StageTimes, Stopwatch
+from autostream.stages import StageTimes, Stopwatch, collector_paused
 from autostream.verify import verify_rewrite
 from autostream.version import __version__
 
@@ -294,6 +294,11 @@ class AutoStreamPass(CustomGraphPass):
 
     def _plan_and_rewrite(self, gm: torch.fx.GraphModule, example_inputs: Any = None
                           ) -> PassReport:
+        with collector_paused():
+            return self._plan_and_rewrite_graph(gm, example_inputs)
+
+    def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any
+                                ) -> PassReport:
         nodes = len(gm.graph.nodes)
         tagged = hand_tagged(gm.graph)
         if tagged:

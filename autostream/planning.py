@@ -24,7 +24,7 @@ from autostream.simulate import simulate_plan
 from autostream.solvers import check_solver_name, get_solver
 from autostream.solvers.base import schedule_from_assignment
 from autostream.solvers.cpsat.options import CpsatOptions
-from autostream.stages import StageTimes, Stopwatch
+from autostream.stages import StageTimes, Stopwatch, collector_paused
 from autostream.sync import compute_syncs
 from autostream.transfers import Transfer, add_transfers, plan_transfers
 
@@ -193,6 +193,12 @@ def plan_graph(
     A candidate whose predicted peak memory is over ``options.max_memory_increase``
     is repaired or replaced (:func:`autostream.memory_fit.fit_plan`), never used.
     """
+    with collector_paused():
+        return _plan_graph(gm, options, cost_model)
+
+
+def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: CostModel | None
+                ) -> Plan:
     t0 = time.perf_counter()
     watch = Stopwatch()
     cost_model = cost_model or load_cost_model(options.cost_table)
@@ -203,8 +209,9 @@ def plan_graph(
     transfers, comm_notes = plan_transfers(op_graph, cost_model)
     problem = build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us,
                             transfers=transfers)
-    split_problem = build_problem(op_graph, estimates, options.max_streams,
-                                  cost_model.sync_latency_us, split=True, transfers=transfers)
+    split_problem = problem if all(getattr(e, "split", 1.0) == 1.0 for e in estimates.values()) \
+        else build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us,
+                           split=True, transfers=transfers)
     watch.lap("costs")
     single = get_solver("single")(problem)
     watch.lap("solve")

@@ -174,14 +174,16 @@ class CommRegistry:
 
     def __init__(self, specs: Iterable[CommSpec] = ()) -> None:
         self._specs: dict[str, CommSpec] = {}
-        #: what ``lookup`` made of each unregistered name (every op of a graph is looked up)
-        self._guessed: dict[str, CommSpec | None] = {}
+        #: (node op, target) -> what ``lookup`` made of it: every op of a graph is looked
+        #: up, several times
+        self._by_target: dict[tuple[str, object], CommSpec | None] = {}
         for spec in specs:
             self.register(spec)
 
     def register(self, spec: CommSpec) -> None:
         """Add (or replace) the entry of ``spec.qualname``."""
         self._specs[spec.qualname] = spec
+        self._by_target.clear()
 
     def spec(self, qualname: str) -> CommSpec | None:
         return self._specs.get(qualname)
@@ -194,15 +196,20 @@ class CommRegistry:
         name only looks like communication (see :func:`looks_like_communication`)."""
         if node.op not in ("call_function", "call_method"):
             return None
+        key = (node.op, node.target)
+        try:
+            return self._by_target[key]
+        except KeyError:
+            spec = self._by_target[key] = self._lookup(node)
+            return spec
+        except TypeError:  # an unhashable target
+            return self._lookup(node)
+
+    def _lookup(self, node: torch.fx.Node) -> CommSpec | None:
         name = qualified_name(node.target) if node.op == "call_function" else str(node.target)
         if name is None:
             return None
-        spec = self._specs.get(name)
-        if spec is not None:
-            return spec
-        if name not in self._guessed:
-            self._guessed[name] = _guess(name)
-        return self._guessed[name]
+        return self._specs.get(name) or _guess(name)
 
 
 def _guess(name: str) -> CommSpec | None:
