@@ -15,6 +15,11 @@ before each timed call; a call's time is its slowest rank's):
 - ``ceiling``: the hand-written overlap, the usual idiom: ``torch.distributed``
   collectives launched with ``async_op=True`` before the compute they can hide behind
   (``model.overlapped``);
+- ``single graph`` and ``autostream graph``: the graph ``single`` and ``autostream`` run,
+  called directly, without Dynamo's frame (its guards and bytecode, a cost every
+  compiled variant pays on every call and the eager ones do not): the schedule alone,
+  against the ceiling on equal terms (``of ceiling, graphs``; ``dynamo us``: what
+  Dynamo's frame adds to ``single graph``);
 - ``functional``: the hand-written overlap with the ops a compiled graph holds: the
   forward's functional collectives in the same order, each result first used as late
   as the computation allows (``model.overlapped_functional``; for some models the
@@ -53,7 +58,8 @@ from typing import Any
 from autostream.comm.spawn import run_ranks
 from experiments.headline import Headline, record
 
-VARIANTS = ("eager", "single", "autostream", "chosen", "ceiling", "functional")
+VARIANTS = ("eager", "single", "single graph", "autostream", "autostream graph", "chosen",
+            "ceiling", "functional")
 #: autostream's share of the hand-written overlap's gain, where that gain is CEILING or
 #: more; the predicted speed-up within PREDICTION of the measured one
 SHARE, CEILING, PREDICTION = 0.8, 1.2, 0.2
@@ -68,13 +74,27 @@ class Row:
     predicted_ms: float
     plan: str
 
-    def speedup(self, variant: str) -> float:
-        return self.ms["single"] / self.ms[variant]
+    def speedup(self, variant: str, over: str = "single") -> float:
+        return self.ms[over] / self.ms[variant]
 
     @property
     def share_of_ceiling(self) -> float | None:
-        gain = self.speedup("ceiling") - 1.0
-        return (self.speedup("autostream") - 1.0) / gain if gain >= 0.05 else None
+        """autostream's gain over ``single`` as a share of the ceiling's (through Dynamo)."""
+        return self._share("autostream", "single")
+
+    @property
+    def graph_share_of_ceiling(self) -> float | None:
+        """The same share with the compiled graphs called directly (no Dynamo frame)."""
+        return self._share("autostream graph", "single graph")
+
+    @property
+    def dynamo_us(self) -> float:
+        """What Dynamo's frame adds to a call of the single-stream graph."""
+        return 1e3 * (self.ms["single"] - self.ms["single graph"])
+
+    def _share(self, variant: str, over: str) -> float | None:
+        gain = self.speedup("ceiling", over) - 1.0
+        return (self.speedup(variant, over) - 1.0) / gain if gain >= 0.05 else None
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -95,16 +115,60 @@ def _variants(model, backend_options: dict):
     import autostream
 
     torch._dynamo.reset()
-    planned = autostream.backend(max_streams=2, measure=0, **backend_options)
+    planned = _Recorded(autostream.backend(max_streams=2, measure=0, **backend_options))
     chosen = autostream.backend(max_streams=2, measure=3, **backend_options)
+    single = _Recorded(lambda gm, example_inputs: gm.forward)  # Dynamo's "eager" backend
     return {
         "eager": model,
-        "single": torch.compile(model, backend="eager"),
+        "single": torch.compile(model, backend=single),
+        "single graph": _GraphCall(single),
         "autostream": torch.compile(model, backend=planned),
+        "autostream graph": _GraphCall(planned),
         "chosen": torch.compile(model, backend=chosen),
         "ceiling": model.overlapped,
         "functional": model.overlapped_functional,
     }, planned
+
+
+class _Recorded:
+    """A backend that keeps what the backend it wraps returned, and its example inputs
+    (its other attributes are the wrapped backend's)."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.graphs: list[tuple[Any, list]] = []
+
+    def __call__(self, gm, example_inputs):
+        fn = self.backend(gm, example_inputs)
+        self.graphs.append((fn, list(example_inputs)))
+        return fn
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+
+class _GraphCall:
+    """The one graph a compiled variant runs, called without Dynamo's frame.  Bound on its
+    first call, which must follow the variant's first (compiling) call with the same
+    inputs: each graph input that is one of them takes that input on later calls; the
+    others (parameters, buffers) stay as they were."""
+
+    def __init__(self, recorded: _Recorded) -> None:
+        self._recorded = recorded
+        self._slots: list[tuple[int | None, Any]] | None = None
+
+    def __call__(self, *inputs):
+        if self._slots is None:
+            self._slots = self._bind(inputs)
+        fn = self._recorded.graphs[0][0]
+        return tuple(fn(*(inputs[i] if i is not None else value for i, value in self._slots)))
+
+    def _bind(self, inputs: tuple) -> list[tuple[int | None, Any]]:
+        if len(self._recorded.graphs) != 1:
+            raise RuntimeError(f"{len(self._recorded.graphs)} graphs compiled; the direct "
+                               "call needs exactly one (no graph break)")
+        _, examples = self._recorded.graphs[0]
+        return [(next((i for i, x in enumerate(inputs) if x is e), None), e) for e in examples]
 
 
 def _prediction(planned) -> tuple[float, float, str]:
@@ -209,21 +273,28 @@ def rows_from_ranks(names: list[str], per_rank: list[dict], runs: int) -> list[R
 
 
 def table(rows: list[Row]) -> str:
-    head = ("| model | eager ms | single ms | autostream ms | chosen ms | ceiling ms | functional ms | "
-            "autostream x | chosen x | ceiling x | functional x | of ceiling | predicted x | "
+    head = ("| model | eager ms | single ms | single graph ms | autostream ms | autostream graph ms "
+            "| chosen ms | ceiling ms | functional ms | autostream x | chosen x | ceiling x | "
+            "functional x | of ceiling | of ceiling, graphs | dynamo us | predicted x | "
             "predicted / measured ms | wrong | plan |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "|---|" + "---|" * 19 + "\n")
     lines = []
     for r in rows:
-        share = f"{r.share_of_ceiling:.0%}" if r.share_of_ceiling is not None else "-"
         lines.append(
-            f"| {r.model} | {r.ms['eager']:.2f} | {r.ms['single']:.2f} | {r.ms['autostream']:.2f}"
-            f" | {r.ms['chosen']:.2f} | {r.ms['ceiling']:.2f} | {r.ms['functional']:.2f} | "
-            f"{r.speedup('autostream'):.2f}x | {r.speedup('chosen'):.2f}x | "
-            f"{r.speedup('ceiling'):.2f}x | {r.speedup('functional'):.2f}x | {share} | "
+            f"| {r.model} | {r.ms['eager']:.2f} | {r.ms['single']:.2f} | "
+            f"{r.ms['single graph']:.2f} | {r.ms['autostream']:.2f} | "
+            f"{r.ms['autostream graph']:.2f} | {r.ms['chosen']:.2f} | {r.ms['ceiling']:.2f} | "
+            f"{r.ms['functional']:.2f} | {r.speedup('autostream'):.2f}x | "
+            f"{r.speedup('chosen'):.2f}x | {r.speedup('ceiling'):.2f}x | "
+            f"{r.speedup('functional'):.2f}x | {_percent(r.share_of_ceiling)} | "
+            f"{_percent(r.graph_share_of_ceiling)} | {r.dynamo_us:.0f} | "
             f"{r.predicted_speedup:.2f}x | "
             f"{r.predicted_ms:.2f} / {r.ms['autostream']:.2f} | {r.wrong} | {r.plan} |")
     return head + "\n".join(lines)
+
+
+def _percent(share: float | None) -> str:
+    return f"{share:.0%}" if share is not None else "-"
 
 
 def headlines(rows: list[Row], backend: str) -> list[Headline]:
@@ -232,13 +303,12 @@ def headlines(rows: list[Row], backend: str) -> list[Headline]:
     out = []
     for r in rows:
         ceiling, share = r.speedup("ceiling"), r.share_of_ceiling
-        shown = f"{100 * share:.0f}%" if share is not None else "-"
-        functional = (f"; by hand with functional ops {r.speedup('functional'):.2f}x"
-                      if "functional" in r.ms else "")
         out.append(Headline(
             f"distributed {r.model} ({backend}): autostream's share of the hand-written "
-            "overlap's gain", f"{shown} ({r.speedup('autostream'):.2f}x vs {ceiling:.2f}x"
-            f"{functional})",
+            "overlap's gain", f"{_percent(share)} ({r.speedup('autostream'):.2f}x vs "
+            f"{ceiling:.2f}x; graphs called without Dynamo's frame: "
+            f"{_percent(r.graph_share_of_ceiling)}, the frame {r.dynamo_us:.0f} us a call; "
+            f"by hand with functional ops {r.speedup('functional'):.2f}x)",
             f">= {100 * SHARE:.0f}% where that gains >= {CEILING:g}x",
             (share is not None and share >= SHARE) if ceiling >= CEILING else None))
     wrong = sum(r.wrong for r in rows)

@@ -353,3 +353,16 @@ def test_the_searches_of_a_small_graph_stay_within_its_budget():
     s = solve(problem, "cpsat", wall_clock=False, cache=False)
     budget = CpsatOptions().seconds(len(problem.graph))
     assert s.stats.deterministic_time <= 1.1 * budget * clock.DET_PER_SECOND
+
+
+def test_a_piece_whose_head_is_a_transfer_keeps_its_streams():
+    """A cut at a collective's transfer (on its link's lane): the transfer ran on its head's
+    stream in the piece before (no layout), so the next piece has no stream to carry over
+    and must use every stream it planned (stitching once ran out of streams here)."""
+    first = Piece(("mm", "ar.transfer"), None, "ar.transfer")
+    second = Piece(("ar.transfer", "wait", "mul", "mm_1", "tanh"), "ar.transfer", None)
+    layout = PieceLayout((-1, 1, 1, 0, 0), (0, 3, 4, 1, 2))
+    stream_of, order = stitch([first, second], [None, layout], streams=2)
+    assert {v: stream_of[v] for v in ("wait", "mul", "mm_1", "tanh")} == {
+        "wait": 1, "mul": 1, "mm_1": 0, "tanh": 0}
+    assert order == ("mm", "ar.transfer", "mm_1", "tanh", "wait", "mul")

@@ -60,13 +60,17 @@ def stitch(pieces: Sequence[Piece], layouts: Sequence[PieceLayout | None],
 
 def _renumber(piece: Piece, layout: PieceLayout, stream_of: dict[str, int],
               streams: int) -> dict[int, int]:
-    """Local streams -> global ones: the head's keeps the head's, the others take the rest."""
-    if piece.head is None:
-        return {s: s for s in range(streams)}
-    renumber = {layout.stream[0]: stream_of[piece.head]}
+    """Local streams -> global ones: the head's keeps the head's, the others take the rest.
+    Lanes (negative) stay as they are (the caller pins their ops again); a head on a
+    lane (a collective's transfer) has no stream to carry over the cut, so the piece's
+    streams stay as they are too."""
+    renumber = {s: s for s in layout.stream if s < 0}
+    if piece.head is None or layout.stream[0] < 0 or stream_of[piece.head] < 0:
+        return {**renumber, **{s: s for s in range(streams)}}
+    renumber[layout.stream[0]] = stream_of[piece.head]
     spare = iter(s for s in range(streams) if s != stream_of[piece.head])
     for i in layout.order:
         s = layout.stream[i]
-        if s not in renumber:  # lanes (negative) are pinned again by the caller
-            renumber[s] = s if s < 0 else next(spare)
+        if s not in renumber:
+            renumber[s] = next(spare)
     return renumber
