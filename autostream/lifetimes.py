@@ -80,9 +80,12 @@ def fake_storages(node: torch.fx.Node) -> list[StorageRef] | None:
     val = node.meta.get("val", node.meta.get("example_value"))
     if val is None:
         return None
-    fakes = [t for t in tree_leaves(val) if isinstance(t, torch._subclasses.FakeTensor)]
-    if not fakes and any(isinstance(t, torch.Tensor) for t in tree_leaves(val)):
-        return None  # real tensors: no storage identity to compare
+    if isinstance(val, torch._subclasses.FakeTensor):
+        fakes = [val]  # most nodes: one tensor, no tree to walk
+    else:
+        fakes = [t for t in tree_leaves(val) if isinstance(t, torch._subclasses.FakeTensor)]
+        if not fakes and any(isinstance(t, torch.Tensor) for t in tree_leaves(val)):
+            return None  # real tensors: no storage identity to compare
     return [StorageRef(t.untyped_storage()._cdata, t.device, t.untyped_storage().nbytes())
             for t in fakes]
 

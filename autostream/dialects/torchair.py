@@ -29,6 +29,7 @@ _SCHEMAS = {
     "record": "record(*, Device? device=None) -> Tensor",
     "wait": "wait(Tensor[] x) -> ()",
 }
+_QUALIFIED = frozenset(f"air::{n}" for n in _SCHEMAS)
 
 # The stand-in library must outlive every graph that uses its ops: a
 # ``torch.library.Library`` deregisters its ops when garbage-collected.
@@ -118,7 +119,7 @@ def is_stream_op(node: torch.fx.Node) -> bool:
     if node.op != "call_function":
         return False
     name = getattr(node.target, "name", None)
-    return callable(name) and name() in {f"air::{n}" for n in _SCHEMAS}
+    return callable(name) and name() in _QUALIFIED
 
 
 def air_kind(node: torch.fx.Node) -> str | None:
