@@ -174,19 +174,23 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
     if prove:
         _prove_core(core, found, max(budget * BOUND_SHARE, budget * (1 - SEARCH_SHARE) - found.used),
                     opts, wall_share(deadline, BOUND_SHARE, BOUND_SHARE + SEARCH_SHARE))
-    return _best(problem, found, budget * SEARCH_SHARE, least_budget(problem, opts))
+    return _best(problem, found, budget * SEARCH_SHARE, _least(modes))
 
 
 def least_budget(problem: SchedulingProblem, opts: CpsatOptions) -> float:
     """The least time worth a plan of ``problem`` by :func:`plan_piece`: ``MIN_MODE_S``
-    for each of its models.
+    for each of its models (``PiecePlan.least`` of a piece planned already).
 
     >>> import networkx as nx
     >>> g = nx.DiGraph(); g.add_nodes_from("ab", duration=1.0, share=0.8)
     >>> least_budget(SchedulingProblem(g, streams=2), CpsatOptions())
     0.15000000000000002
     """
-    return len(contention_modes(problem, opts.contention)) * MIN_MODE_S
+    return _least(contention_modes(problem, opts.contention))
+
+
+def _least(modes: tuple[Mode, ...]) -> float:
+    return len(modes) * MIN_MODE_S
 
 
 def bounds_itself(problem: SchedulingProblem, opts: CpsatOptions) -> bool:
