@@ -20,12 +20,16 @@ sees the same data).  The collectives are ``torch.distributed._functional_collec
 - :func:`two_allreduces`: issue 14's report, two independent all-reduces and
   independent compute.
 
-Each model carries two hand-written overlaps, the ceilings the experiment compares
+Each model carries three hand-written overlaps, the ceilings the experiment compares
 autostream with: ``overlapped`` launches the collectives with ``torch.distributed``'s
-``async_op=True`` (in place, the usual hand-written idiom) and ``overlapped_functional``
-reorders the forward's own functional collectives: each launched where the forward
-launches it, its result first used as late as the computation allows (the tensor
-returned waits on first use), the same ops a compiled graph runs, in the same order.
+``async_op=True`` (in place, the usual hand-written idiom in eager code);
+``overlapped_graph`` is the same overlap as written for graph mode, where Dynamo keeps
+the order of explicit ops: ``_c10d_functional`` launches (an all-reduce in place on a
+value nothing else reads) and their ``wait_tensor`` placed by hand as late as the
+computation allows, in the order of ``overlapped``; ``overlapped_functional`` reorders
+the forward's own functional collectives: each launched where the forward launches it,
+its result first used as late as the computation allows (the tensor returned waits on
+first use), the same ops a compiled graph runs, in the same order.
 """
 
 from __future__ import annotations
@@ -60,6 +64,19 @@ def _param(*shape: int, gen: torch.Generator, scale: float | None = None) -> nn.
 
 def _group():
     return dist.group.WORLD
+
+
+_ops = torch.ops._c10d_functional
+
+
+def _launch_all_reduce(value: torch.Tensor) -> torch.Tensor:
+    """Sum ``value`` across the default group in place (it must be a value nothing else
+    reads before the wait); the result is ready after :func:`_wait`."""
+    return _ops.all_reduce_(value, "sum", _group().group_name)
+
+
+def _wait(value: torch.Tensor) -> torch.Tensor:
+    return _ops.wait_tensor(value)
 
 
 class ShardedMLP(nn.Module):
@@ -101,6 +118,13 @@ class TensorParallelBlock(nn.Module):
             wa.wait()
             wb.wait()
             x = x + pa + pb
+        return x
+
+    def overlapped_graph(self, x: torch.Tensor) -> torch.Tensor:
+        for a, b in self.pairs:
+            ra = _launch_all_reduce(a(x))
+            rb = _launch_all_reduce(b(x))  # b's compute hides a's all-reduce
+            x = x + _wait(ra) + _wait(rb)
         return x
 
     def overlapped_functional(self, x: torch.Tensor) -> torch.Tensor:
@@ -152,6 +176,16 @@ class ExpertParallelMoE(nn.Module):
         w3.wait()
         return x + self._combine(back, x) + shared
 
+    def overlapped_graph(self, x: torch.Tensor) -> torch.Tensor:
+        buf = self._dispatch_buffer(x)
+        splits = [buf.shape[0] // self.world] * self.world
+        name = _group().group_name
+        sent = _ops.all_to_all_single(buf, splits, splits, name)
+        shared = _launch_all_reduce(self.shared(x))  # the shared expert hides the dispatch
+        out = self.expert(_wait(sent))
+        back = _ops.all_to_all_single(out, splits, splits, name)
+        return x + self._combine(_wait(back), x) + _wait(shared)
+
     def overlapped_functional(self, x: torch.Tensor) -> torch.Tensor:
         sent = ft_c.all_to_all_single(self._dispatch_buffer(x), None, None, _group())
         partial = self.shared(x)  # hides the dispatch
@@ -198,6 +232,15 @@ class FSDPBlock(nn.Module):
         dist.reduce_scatter_tensor(out, x)
         return out
 
+    def overlapped_graph(self, x: torch.Tensor) -> torch.Tensor:
+        name = _group().group_name
+        weights = [_ops.all_gather_into_tensor(self.shards[0], self.world, name)]
+        for i in range(len(self.shards)):
+            if i + 1 < len(self.shards):  # prefetch: hides behind this layer's matmul
+                weights.append(_ops.all_gather_into_tensor(self.shards[i + 1], self.world, name))
+            x = torch.tanh(x @ _wait(weights[i]))
+        return _wait(_ops.reduce_scatter_tensor(x, "sum", self.world, name))
+
     def overlapped_functional(self, x: torch.Tensor) -> torch.Tensor:
         weights = [_all_gather(self.shards[0], 0, _group())]
         for i in range(len(self.shards)):
@@ -236,6 +279,12 @@ class OverlapProbe(nn.Module):
         out = self._chain(b)
         work.wait()
         return a * 0.5, out
+
+    def overlapped_graph(self, a: torch.Tensor, b: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        reduced = _launch_all_reduce(a.clone())
+        out = self._chain(b)
+        return _wait(reduced) * 0.5, out
 
     def overlapped_functional(self, a: torch.Tensor, b: torch.Tensor
                               ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -285,6 +334,17 @@ class TwoAllReduces(nn.Module):
         wy.wait()
         return h + 1, y * 3, z
 
+    def overlapped_graph(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor):
+        h = a
+        for _ in range(3):
+            h = torch.tanh(h @ self.w)
+        x = _launch_all_reduce(h)
+        y = _launch_all_reduce(torch.sigmoid(b))
+        z = c
+        for _ in range(4):
+            z = torch.tanh(z @ self.w)
+        return _wait(x) + 1, _wait(y) * 3, z
+
     def overlapped_functional(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor):
         return self.forward(a, b, c)  # both all-reduces are used only after the compute
 
@@ -295,6 +355,21 @@ def two_allreduces(rank: int, world: int, rows: int = 32, width: int = 64
     model = TwoAllReduces(width, _gen(5000)).eval()
     return model, lambda step: tuple(torch.randn(rows, width, generator=_input_gen(step, rank, k))
                                      for k in range(3))
+
+
+class GraphModeOverlap(nn.Module):
+    """``model``'s hand-written graph-mode overlap (``model.overlapped_graph``) as a module,
+    to compile the way the model itself is compiled.
+
+    >>> # torch.compile(GraphModeOverlap(model), backend=...)(*inputs) == model(*inputs)
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs: torch.Tensor):
+        return self.model.overlapped_graph(*inputs)
 
 
 #: name -> builder ``(rank, world, **sizes) -> (model, make_inputs)``
