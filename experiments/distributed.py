@@ -61,7 +61,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,9 @@ from experiments.headline import Headline, record
 
 VARIANTS = ("eager", "single", "single graph", "autostream", "autostream graph", "chosen",
             "ceiling", "ceiling compiled", "functional")
+#: the probe's all-reduce and matmul sizes; its depth (matmuls) is sized in the run so
+#: that the chain takes about as long as the all-reduce (:func:`_probe_depth`)
+PROBE = {"elements": 1 << 18, "rows": 64, "width": 512}
 #: autostream's share of the hand-written overlap's gain, where that gain is CEILING or
 #: more; the predicted speed-up within PREDICTION of the measured one
 SHARE, CEILING, PREDICTION = 0.8, 1.2, 0.2
@@ -83,6 +86,7 @@ class Row:
     predicted_speedup: float
     predicted_ms: float
     plan: str
+    sizes: dict = field(default_factory=dict)  # the builder's sizes, where the run chose them
 
     def speedup(self, variant: str, over: str = "single") -> float:
         return self.ms[over] / self.ms[variant]
@@ -230,7 +234,10 @@ def _rank(rank: int, world: int, names: list[str], runs: int, warmup: int, devic
     device = torch.device(device_kind, rank) if device_kind != "cpu" else torch.device("cpu")
     out = {}
     for name in names:
-        model, make_inputs = PARALLEL_ZOO[name](rank, world)
+        sizes = {}
+        if name == "probe":
+            sizes = dict(PROBE, depth=_probe_depth(device, links, backend_options["cost_table"]))
+        model, make_inputs = PARALLEL_ZOO[name](rank, world, **sizes)
         model = model.to(device)
         options = dict(backend_options)
         if calibrate_into is not None:
@@ -258,8 +265,41 @@ def _rank(rank: int, world: int, names: list[str], runs: int, warmup: int, devic
                     wrong += not _same(got, reference)
                     if step >= warmup:
                         times[v].append(elapsed)
-        out[name] = {"times": times, "wrong": wrong, "prediction": _prediction(planned)}
+        out[name] = {"times": times, "wrong": wrong, "prediction": _prediction(planned),
+                     "sizes": sizes}
     return out
+
+
+def _probe_depth(device, links: tuple, cost_table: str) -> int:
+    """Matmuls in the probe's chain so that it takes about as long as its all-reduce: the
+    all-reduce from the link fits (``links``, else ``cost_table``'s), a matmul and tanh
+    timed here, on this rank's threads beside the other ranks; the largest depth of the
+    ranks (every rank builds the same model)."""
+    import torch
+    import torch.distributed as dist
+
+    from autostream.cost.collectives import estimate_transfer
+    from autostream.passes import load_table
+
+    table = load_table(cost_table)
+    transfer = estimate_transfer(links or table.table.links, table.profile, "all_reduce",
+                                 4 * PROBE["elements"], dist.get_backend(),
+                                 dist.get_world_size())
+    b = torch.randn(PROBE["rows"], PROBE["width"], device=device)
+    w = torch.randn(PROBE["width"], PROBE["width"], device=device) / PROBE["width"] ** 0.5
+    times = []
+    for _ in range(30):
+        if device.type != "cpu":
+            torch.accelerator.synchronize(device)
+        t0 = time.perf_counter()
+        torch.tanh(b @ w)
+        if device.type != "cpu":
+            torch.accelerator.synchronize(device)
+        times.append(time.perf_counter() - t0)
+    layer_us = 1e6 * statistics.median(times[5:])
+    depth = torch.tensor([max(1, round(transfer.duration_us / layer_us))], device=device)
+    dist.all_reduce(depth, op=dist.ReduceOp.MAX)
+    return int(depth.item())
 
 
 def run(names: list[str], runs: int, warmup: int, backend: str, nproc: int,
@@ -288,7 +328,8 @@ def rows_from_ranks(names: list[str], per_rank: list[dict], runs: int) -> list[R
         ms = {v: 1e3 * statistics.median(max(r["times"][v][i] for r in ranks)
                                          for i in range(runs)) for v in VARIANTS}
         speedup, predicted_ms, what = ranks[0]["prediction"]
-        rows.append(Row(name, ms, sum(r["wrong"] for r in ranks), speedup, predicted_ms, what))
+        rows.append(Row(name, ms, sum(r["wrong"] for r in ranks), speedup, predicted_ms, what,
+                        ranks[0].get("sizes", {})))
     return rows
 
 
@@ -351,7 +392,7 @@ def headlines(rows: list[Row], backend: str) -> list[Headline]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="probe,two_allreduces,tp_mlp,ep_moe,fsdp")
-    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl", "hccl"))
     parser.add_argument("--nproc", type=int, default=2)
@@ -374,7 +415,13 @@ def main(argv: list[str] | None = None) -> int:
     table_used = ("links and ops calibrated in the run" if calibrate
                   else f"cost table {cost_table}")
     print(f"{args.nproc} ranks on {args.backend}, {table_used}, median of {args.runs} "
-          f"rounds (each call's slowest rank); speed-ups over `single`.\n")
+          f"rounds (each call's slowest rank); speed-ups over `single`.")
+    for r in rows:
+        if r.sizes:
+            print(f"{r.model}: " + ", ".join(f"{k}={v}" for k, v in r.sizes.items()) +
+                  (" (depth sized in the run: the chain about as long as the all-reduce)"
+                   if r.model == "probe" else ""))
+    print()
     print(table(rows))
     record(__file__, headlines(rows, args.backend))
     return 0 if all(r.wrong == 0 for r in rows) else 1
