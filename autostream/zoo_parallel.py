@@ -16,7 +16,8 @@ sees the same data).  The collectives are ``torch.distributed._functional_collec
   ``all_gather`` before use (the next layer's gather is independent of this layer's
   compute), and the output reduce-scattered.
 - :func:`overlap_probe`: one all-reduce beside an independent chain of matmuls of
-  about the same time: the case where overlap pays most.
+  about the same time (``experiments/distributed.py`` sizes the chain in the run): the
+  case where overlap pays most.
 - :func:`two_allreduces`: issue 14's report, two independent all-reduces and
   independent compute.
 

@@ -1,9 +1,9 @@
 """Distributed graphs on real ranks: autostream against the hand-written overlap (issue 14).
 
 For each model of ``autostream.zoo_parallel`` (2 ranks on gloo here; NCCL with
-``--backend nccl`` on GPUs), six variants run side by side in one run, in
-alternating rounds, every rank calling the same variant at the same time (a barrier
-before each timed call; a call's time is its slowest rank's):
+``--backend nccl`` on GPUs), nine variants run side by side in one run, in rounds,
+every rank calling the same variant at the same time (a barrier before each timed
+call; a call's time is its slowest rank's):
 
 - ``eager``: the module as written; functional collectives wait lazily, on first use;
 - ``single``: ``torch.compile`` with Dynamo's eager backend: one stream, each
