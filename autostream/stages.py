@@ -63,7 +63,8 @@ class Stopwatch:
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector held off while a pass runs, then restored.
+    """Python's cyclic garbage collector held off while a pass runs or a calibration
+    times ops (as ``timeit`` does), then restored.
 
     A pass allocates many short-lived objects, which start collections; a full
     collection walks every object of the process (millions beside a loaded model) and

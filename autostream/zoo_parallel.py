@@ -77,6 +77,7 @@ def _launch_all_reduce(value: torch.Tensor) -> torch.Tensor:
 
 
 def _wait(value: torch.Tensor) -> torch.Tensor:
+    """``value`` once its collective is done (a launch's result is not before)."""
     return _ops.wait_tensor(value)
 
 
@@ -360,10 +361,8 @@ def two_allreduces(rank: int, world: int, rows: int = 32, width: int = 64
 
 class GraphModeOverlap(nn.Module):
     """``model``'s hand-written graph-mode overlap (``model.overlapped_graph``) as a module,
-    to compile the way the model itself is compiled.
-
-    >>> # torch.compile(GraphModeOverlap(model), backend=...)(*inputs) == model(*inputs)
-    """
+    to compile the way the model itself is compiled: ``torch.compile(GraphModeOverlap(
+    model), backend=...)`` computes what ``model`` does, on every rank that calls it."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()

@@ -37,7 +37,7 @@ from autostream.cost.calibrate import ROUNDS, collect_ops, robust_time
 from autostream.cost.free import is_free_target
 from autostream.cost.incontext import GraphTimer, graph_inputs
 from autostream.cost.signature import node_signature
-from autostream.cost.timing import no_gc
+from autostream.stages import collector_paused
 from experiments.headline import Headline, record
 
 #: (model factory, calibrated sizes, held-out sizes)
@@ -71,7 +71,7 @@ def graph_times(gm: torch.fx.GraphModule, repeat: int) -> list[float]:
     with torch.no_grad():
         gm(*args)
         times = []
-        with no_gc():
+        with collector_paused():
             for _ in range(repeat):
                 t0 = time.perf_counter_ns()
                 gm(*args)

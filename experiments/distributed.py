@@ -39,8 +39,8 @@ ceiling's (``(x_auto - 1) / (x_ceiling - 1)``, shown where the ceiling gains at
 least 5%).  The variants run in a new random order every round (seeded by the round,
 the same on every rank): a fixed or alternating order lets a variant inherit the
 state its neighbour leaves (freed buffers, the other rank's lag), which moved
-identical variants 7% apart here.  ``predicted`` is the planner's speed-up over one stream and its
-predicted time against the measured one, planned with a cost table calibrated in the run
+identical variants 7% apart here.  ``predicted`` is the planner's speed-up over one
+stream and its predicted time against the measured one, planned with a cost table calibrated in the run
 (on gloo): the collectives' link fits (``calibrate_collectives``) and the model's ops timed
 inside its graphs on every rank, with the ranks' own thread count and beside the other
 rank; all ranks plan with rank 0's table (``--cost-table`` plans with a given table
@@ -279,6 +279,7 @@ def _probe_depth(device, links: tuple, cost_table: str) -> int:
     import torch.distributed as dist
 
     from autostream.cost.collectives import estimate_transfer
+    from autostream.cost.timing import make_timer
     from autostream.passes import load_table
 
     table = load_table(cost_table)
@@ -287,16 +288,8 @@ def _probe_depth(device, links: tuple, cost_table: str) -> int:
                                  dist.get_world_size())
     b = torch.randn(PROBE["rows"], PROBE["width"], device=device)
     w = torch.randn(PROBE["width"], PROBE["width"], device=device) / PROBE["width"] ** 0.5
-    times = []
-    for _ in range(30):
-        if device.type != "cpu":
-            torch.accelerator.synchronize(device)
-        t0 = time.perf_counter()
-        torch.tanh(b @ w)
-        if device.type != "cpu":
-            torch.accelerator.synchronize(device)
-        times.append(time.perf_counter() - t0)
-    layer_us = 1e6 * statistics.median(times[5:])
+    layer_us = statistics.median(make_timer(device).samples(lambda: torch.tanh(b @ w),
+                                                            warmup=5, repeat=25))
     depth = torch.tensor([max(1, round(transfer.duration_us / layer_us))], device=device)
     dist.all_reduce(depth, op=dist.ReduceOp.MAX)
     return int(depth.item())
@@ -329,7 +322,7 @@ def rows_from_ranks(names: list[str], per_rank: list[dict], runs: int) -> list[R
                                          for i in range(runs)) for v in VARIANTS}
         speedup, predicted_ms, what = ranks[0]["prediction"]
         rows.append(Row(name, ms, sum(r["wrong"] for r in ranks), speedup, predicted_ms, what,
-                        ranks[0].get("sizes", {})))
+                        ranks[0]["sizes"]))
     return rows
 
 

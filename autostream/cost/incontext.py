@@ -26,7 +26,7 @@ import torch.fx
 
 from autostream.cost.inputs import make_tensor
 from autostream.cost.signature import symint_hint, tensor_spec
-from autostream.cost.timing import no_gc
+from autostream.stages import collector_paused
 
 
 def graph_inputs(gm: torch.fx.GraphModule, device: torch.device, seed: int = 0) -> list[Any]:
@@ -97,7 +97,7 @@ class GraphTimer:
         with torch.no_grad():
             for _ in range(warmup):
                 self.timed(*self.args)
-            with no_gc():
+            with collector_paused():
                 results = [self.timed(*self.args)[1] for _ in range(runs)]
         if self.device.type != "cpu":
             torch.accelerator.synchronize(self.device)

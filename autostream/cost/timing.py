@@ -15,8 +15,6 @@ Both expose the same three measurements:
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import glob
 import queue
 import statistics
@@ -26,18 +24,7 @@ from collections.abc import Callable
 
 import torch
 
-
-@contextlib.contextmanager
-def no_gc():
-    """Pause Python's cyclic garbage collector while timing (as ``timeit`` does): a
-    collection over a process full of FX graphs takes milliseconds."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
+from autostream.stages import collector_paused
 
 
 def cpu_l2_bytes(default: int = 1 << 20) -> int:
@@ -68,7 +55,7 @@ def _timed_calls(fn: Callable[[], object], n: int) -> float:
     of the intra-op thread count resizes the OpenMP team: not timed)."""
     for _ in range(WARMUP_AFTER_THREAD_CHANGE):
         fn()
-    with no_gc():
+    with collector_paused():
         t0 = time.perf_counter_ns()
         for _ in range(n):
             fn()
@@ -106,7 +93,7 @@ class CpuTimer:
         out = []
         clock = time.perf_counter_ns
         scrub = self._scrub
-        with no_gc():
+        with collector_paused():
             for _ in range(repeat):
                 if scrub is not None:
                     scrub.add_(1.0)
@@ -143,7 +130,7 @@ class CpuTimer:
         try:
             alone_split = _timed_calls(fn, n)
             th.start()
-            with no_gc():
+            with collector_paused():
                 barrier.wait()
                 t0 = clock()
                 for _ in range(n):
