@@ -37,10 +37,10 @@ call; a call's time is its slowest rank's):
 Speed-ups are over ``single``; ``of ceiling`` is autostream's gain as a share of the
 ceiling's (``(x_auto - 1) / (x_ceiling - 1)``, shown where the ceiling gains at
 least 5%).  The variants run in a new random order every round (seeded by the round,
-the same on every rank): a fixed or alternating order lets a variant inherit the
-state its neighbour leaves (freed buffers, the other rank's lag), which moved
-identical variants 7% apart here.  ``predicted`` is the planner's speed-up over one
-stream and its predicted time against the measured one, planned with a cost table calibrated in the run
+the same on every rank): with an alternating order a variant inherits the state its
+neighbours leave (freed buffers, the other rank's lag).  ``predicted`` is the
+planner's speed-up over one stream and its predicted time against the measured one,
+planned with a cost table calibrated in the run
 (on gloo): the collectives' link fits (``calibrate_collectives``) and the model's ops timed
 inside its graphs on every rank, with the ranks' own thread count and beside the other
 rank; all ranks plan with rank 0's table (``--cost-table`` plans with a given table
