@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -22,7 +22,6 @@ from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule, Sync
 from autostream.simulate import simulate_plan
 from autostream.solvers import check_solver_name, get_solver
-from autostream.solvers.base import schedule_from_assignment
 from autostream.solvers.cpsat.options import CpsatOptions
 from autostream.stages import StageTimes, Stopwatch, collector_paused
 from autostream.sync import compute_syncs
@@ -243,7 +242,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
             notes.append(_not_faster_note(options.solver, candidate, single, costs))
         watch.lap("syncs")
     if transfers:
-        overlapped = overlap_on_one_stream(problem)
+        overlapped = get_solver("overlap")(problem)
         watch.lap("solve")
         reordered = evaluate(fit, overlapped, problem, how="collectives overlapped on one stream")
         if (reordered.predicted_us < min(bar, chosen.predicted_us)
@@ -280,74 +279,6 @@ def _resolve_options(solver: str, solver_options: Mapping[str, Any], ops: int) -
         return dict(solver_options)
     seconds = CpsatOptions(time_limit=solver_options.get("time_limit")).seconds(ops)
     return {**solver_options, "time_limit": RESOLVE_SHARE * seconds}
-
-
-def overlap_on_one_stream(problem: SchedulingProblem) -> Schedule:
-    """One stream, ordered so that transfers overlap compute: each collective launched as
-    early (HEFT on one stream beside the links; the collectives keep their program order,
-    which the graph's edges fix) and each wait placed as late as the dependences allow
-    (:func:`sink_transfer_readers`).  Named ``overlap`` so that a plan can tell it from
-    the program order (``single``).
-
-    >>> import networkx as nx
-    >>> g = nx.DiGraph([("launch", "xfer"), ("xfer", "wait"), ("launch", "wait")])
-    >>> g.add_nodes_from(["mm", "wait", "launch"], duration=10.0)
-    >>> g.add_node("xfer", duration=30.0, lane="link:0")
-    >>> nx.set_node_attributes(g, {"launch": 0, "xfer": 1, "wait": 2, "mm": 3}, "order")
-    >>> s = overlap_on_one_stream(SchedulingProblem(g, streams=2))
-    >>> [n for n in s.order if n != "xfer"], s.makespan
-    (['launch', 'mm', 'wait'], 50.0)
-    """
-    one = SchedulingProblem(problem.graph, streams=1, sync_latency_us=problem.sync_latency_us,
-                            capacity=problem.capacity)
-    early = get_solver("heft")(one)
-    late = schedule_from_assignment(one, early.stream_of, "overlap",
-                                    order=sink_transfer_readers(one, early.order))
-    return late if late.makespan <= early.makespan + 1e-9 else replace(early, solver="overlap")
-
-
-def sink_transfer_readers(problem: SchedulingProblem, order: Sequence[str]) -> tuple[str, ...]:
-    """``order`` with each op that reads a transfer (a collective's wait, a ``getitem`` of
-    a coalesced result), and each op after those that launches no collective, moved to
-    just before its first successor (the end when none); the moved ops keep their order
-    among themselves.
-
-    A reader blocks its stream until the transfer is done: placed as late as the ops
-    that need it allow, the compute before it overlaps the transfer however long the
-    transfer really takes (a prediction that ends the transfer early would otherwise
-    place the wait early for free).  Launches stay where they are.
-
-    >>> import networkx as nx
-    >>> g = nx.DiGraph([("launch", "xfer"), ("xfer", "wait"), ("wait", "add")])
-    >>> g.add_nodes_from(["launch", "wait", "add", "mm"], duration=1.0)
-    >>> g.add_node("xfer", duration=5.0, lane="link:0")
-    >>> one = SchedulingProblem(g, streams=1)
-    >>> sink_transfer_readers(one, ["launch", "xfer", "wait", "add", "mm"])
-    ('launch', 'xfer', 'mm', 'wait', 'add')
-    """
-    g = problem.graph
-    lanes = problem.pinned
-    after: set[str] = set()  # the readers and everything after them: one pass in order
-    for n in order:
-        if n not in lanes and any(p in lanes or p in after for p in g.predecessors(n)):
-            after.add(n)
-    movable = {n for n in after if not any(m in lanes for m in g.successors(n))}
-    fixed = [n for n in order if n not in movable]
-    slot = {n: i for i, n in enumerate(fixed)}
-    before: dict[str, int] = {}  # movable op -> the fixed op it goes right before
-    for n in reversed(order):
-        if n in movable:
-            before[n] = min((before[s] if s in movable else slot[s] for s in g.successors(n)),
-                            default=len(fixed))
-    at: dict[int, list[str]] = {}
-    for n in order:  # the moved ops keep their order among themselves
-        if n in movable:
-            at.setdefault(before[n], []).append(n)
-    out: list[str] = []
-    for i, n in enumerate(fixed):
-        out += at.get(i, [])
-        out.append(n)
-    return (*out, *at.get(len(fixed), []))
 
 
 def _not_faster_note(solver: str, candidate, single: Schedule, costs: RuntimeCosts) -> str:

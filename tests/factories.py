@@ -144,6 +144,49 @@ def problems(draw, max_nodes: int = 9, shares: bool = True) -> SchedulingProblem
     )
 
 
+@st.composite
+def comm_problems(draw, max_nodes: int = 8) -> SchedulingProblem:
+    """Hypothesis: small random problems with 1-3 collectives: launch -> transfer (on one
+    of two links) -> wait, the wait's reader a later op; launches chained in program
+    order, each link's transfers in launch order (what ``transfers.add_transfers``
+    builds); zero durations and shares included, a zero-duration ``getitem`` between
+    some transfers and their waits."""
+    n = draw(st.integers(2, max_nodes))
+    g = nx.DiGraph()
+    for i in range(n):
+        g.add_node(f"n{i}", duration=float(draw(st.integers(0, 9))),
+                   share=draw(st.sampled_from([0.0, 0.5, 1.0])), order=10 * i)
+    for i in range(n):
+        for j in range(i + 1, n):
+            if draw(st.booleans()) and draw(st.booleans()):
+                g.add_edge(f"n{i}", f"n{j}")
+    launch, last_on = None, {}
+    points = sorted(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=3)))
+    for k, at in enumerate(points):  # launches in program order
+        reader = draw(st.integers(at, n))  # n: the result is only an output
+        link = f"link:{draw(st.integers(0, 1))}"
+        ar, xfer, wait = f"ar{k}", f"ar{k}.transfer", f"wait{k}"
+        g.add_node(ar, duration=float(draw(st.integers(0, 3))), share=0.3, order=10 * at + 2 + k)
+        g.add_node(xfer, duration=float(draw(st.integers(0, 30))),
+                   share=draw(st.sampled_from([0.0, 0.2])), lane=link, order=10 * at + 5 + k)
+        g.add_node(wait, duration=float(draw(st.integers(0, 2))), order=10 * at + 8 + k)
+        g.add_edges_from([(f"n{at}", ar), (ar, xfer), (ar, wait)])
+        if draw(st.booleans()):
+            g.add_node(f"get{k}", duration=0.0, order=10 * at + 7 + k)
+            g.add_edges_from([(xfer, f"get{k}"), (f"get{k}", wait)])
+        else:
+            g.add_edge(xfer, wait)
+        if at < reader < n:
+            g.add_edge(wait, f"n{reader}")
+        if launch is not None:
+            g.add_edge(launch, ar)
+        if link in last_on:
+            g.add_edge(last_on[link], xfer)
+        launch, last_on[link] = ar, xfer
+    return SchedulingProblem(g, streams=draw(st.integers(1, 3)),
+                             sync_latency_us=draw(st.sampled_from([0.0, 1.0])))
+
+
 def largest_graph(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> torch.fx.GraphModule:
     """The largest post-AOT graph of ``model`` (Dynamo may split it)."""
     return max(capture_graphs(model, inputs), key=lambda gm: len(gm.graph.nodes))

@@ -16,7 +16,8 @@ from autostream.graph import is_meta_only
 from autostream.problem import SchedulingProblem
 from autostream.schedule import JOIN, Schedule
 
-BASELINES = ("single", "round_robin", "tf_greedy", "opara", "critical_path", "nimble", "heft")
+BASELINES = ("single", "round_robin", "tf_greedy", "opara", "critical_path", "nimble", "heft",
+             "overlap")
 EPS = 1e-6
 
 

@@ -14,14 +14,10 @@ import torch
 from autostream import passes
 from autostream.comm.spawn import run_ranks
 from autostream.passes import AutoStreamPass, Outcome
-from autostream.planning import (
-    PlanOptions,
-    overlap_on_one_stream,
-    plan_graph,
-    sink_transfer_readers,
-)
+from autostream.planning import PlanOptions, plan_graph
 from autostream.problem import SchedulingProblem
 from autostream.solvers import solve
+from autostream.solvers.overlap import sink_transfer_readers
 from tests.helpers import UniformCosts
 from tests.test_comm import gloo_table, two_allreduces
 
@@ -80,7 +76,7 @@ def test_a_wait_goes_after_the_compute_that_does_not_need_it_even_when_the_trans
     assert order.index("get") < order.index("wait2")
     fixed = [n for n in heft.order if n not in {"wait", "add", "get", "wait2"}]
     assert [n for n in order if n in fixed] == fixed  # launches and compute keep their order
-    s = overlap_on_one_stream(p)
+    s = solve(p, "overlap")
     assert s.solver == "overlap" and s.makespan <= heft.makespan + 1e-9
 
 

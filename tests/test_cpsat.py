@@ -21,7 +21,14 @@ from autostream.solvers.cpsat.pieces import Piece, cut_into_pieces
 from autostream.solvers.cpsat.stitch import PieceLayout, stitch
 from autostream.solvers.cpsat.tasks import build_tasks
 from autostream.stg import read_optimal_csv, read_stg
-from tests.factories import fork_join, identical_layers, model_problem, problems, random_problem
+from tests.factories import (
+    comm_problems,
+    fork_join,
+    identical_layers,
+    model_problem,
+    problems,
+    random_problem,
+)
 from tests.helpers import BASELINES, UniformCosts, assert_valid
 
 STG = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "stg"
@@ -366,3 +373,63 @@ def test_a_piece_whose_head_is_a_transfer_keeps_its_streams():
     assert {v: stream_of[v] for v in ("wait", "mul", "mm_1", "tanh")} == {
         "wait": 1, "mul": 1, "mm_1": 0, "tanh": 0}
     assert order == ("mm", "ar.transfer", "mm_1", "tanh", "wait", "mul")
+
+
+def test_a_one_op_piece_after_a_transfer_runs_on_a_stream():
+    """A piece without a layout runs on its head's stream; after a transfer (on its link)
+    there is none to take: the op goes to stream 0, never onto the link."""
+    first = Piece(("mm", "ar.transfer"), None, "ar.transfer")
+    second = Piece(("ar.transfer", "wait"), "ar.transfer", None)
+    stream_of, order = stitch([first, second], [PieceLayout((1, -1), (0, 1)), None], streams=2)
+    assert stream_of == {"mm": 1, "ar.transfer": -1, "wait": 0}
+    assert order == ("mm", "ar.transfer", "wait")
+
+
+# -- links: a collective's transfer beside the streams -------------------------------------
+
+
+def _overlap_problem(streams: int) -> SchedulingProblem:
+    """A launch whose 30 us transfer runs on its link while a 3-op chain of 10 us each runs
+    on the stream, then the wait (a zero-duration ``getitem`` between transfer and wait)."""
+    g = nx.DiGraph([("launch", "xfer"), ("xfer", "get"), ("get", "wait"), ("launch", "wait"),
+                    ("c1", "c2"), ("c2", "c3")])
+    nx.set_node_attributes(g, {"launch": 1.0, "wait": 1.0, "get": 0.0, "c1": 10.0, "c2": 10.0,
+                               "c3": 10.0}, "duration")
+    g.add_node("xfer", duration=30.0, lane="link:tp")
+    nx.set_node_attributes(g, {n: i for i, n in enumerate(
+        ["launch", "xfer", "get", "wait", "c1", "c2", "c3"])}, "order")
+    return SchedulingProblem(g, streams=streams, sync_latency_us=2.0)
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_cpsat_models_a_transfer_on_its_link_beside_the_streams(streams):
+    """The model runs the transfer beside the chain (the old model put it on the stream
+    that waits for it: 62 us on one stream) and proves the optimum, 32 us."""
+    problem = _overlap_problem(streams)
+    tg = build_tasks(problem)
+    xfer = next(v for v, members in enumerate(tg.members) if "xfer" in members)
+    assert tg.members[xfer] == ("xfer",), "nothing merges into a transfer"
+    assert tg.on_lane(xfer) and not any(tg.on_lane(v) for v in range(len(tg)) if v != xfer)
+    plan = task_plan.plan_tasks(tg, streams, 1.0, CpsatOptions(cache=False))
+    assert plan.status == "OPTIMAL" and plan.bound == 32 * tg.scale
+    assert plan.stream[xfer] < 0, "a transfer keeps its link's (negative) stream"
+    chain = [v for v, members in enumerate(tg.members) if members[0] in ("c1", "c2", "c3")]
+    assert all(plan.start[v] < plan.start[xfer] + tg.duration[xfer] for v in chain)
+    s = solve(problem, "cpsat", time_limit=1.0, cache=False)
+    assert s.makespan == pytest.approx(32.0) and s.optimal and s.stats.proven
+    assert s.stream_of["xfer"] == problem.pinned["xfer"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(comm_problems())
+def test_cpsat_with_links_is_valid_never_worse_and_its_bound_holds(problem):
+    """On graphs with collectives: a plan no baseline beats (one-stream overlap included),
+    transfers on their links, and a lower bound no plan found by any solver undercuts."""
+    s = solve(problem, "cpsat", time_limit=1.0, cache=False, wall_clock=False)
+    assert all(s.stream_of[n] == k for n, k in problem.pinned.items())
+    assert all(k >= 0 for n, k in s.stream_of.items() if n not in problem.pinned)
+    assert s.makespan <= min(solve(problem, name).makespan for name in BASELINES) + 1e-6
+    assert s.lower_bound <= s.makespan + 1e-6
+    assert s.lower_bound >= problem.lower_bound() - 1e-9
+    longer = solve(problem, "cpsat", time_limit=3.0, cache=False, wall_clock=False, seed=1)
+    assert s.lower_bound <= longer.makespan + 1e-6

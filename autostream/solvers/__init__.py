@@ -24,6 +24,7 @@ SOLVERS: dict[str, str] = {
     "critical_path": "autostream.solvers.critical_path:solve",
     "nimble": "autostream.solvers.nimble:solve",
     "heft": "autostream.solvers.heft:solve",
+    "overlap": "autostream.solvers.overlap:solve",
     "cpsat": "autostream.solvers.cpsat:solve",
 }
 

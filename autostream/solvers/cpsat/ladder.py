@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule
-from autostream.solvers import heft, single
+from autostream.solvers import heft, overlap, single
 from autostream.solvers._graphs import cross_stream_edges, transitive_reduction_edges
 from autostream.solvers.base import schedule_from_assignment
 from autostream.solvers.cpsat.bounds import graham_by_pieces_at
@@ -119,9 +119,14 @@ def contention_modes(problem: SchedulingProblem, contention: str) -> tuple[Mode,
     >>> [m.name for m in contention_modes(SchedulingProblem(g, streams=2), "auto")]
     ['cpsat', 'cpsat_x1.5', 'cpsat_relaxed']
     """
-    widest = sorted((problem.share(v) for v in problem.graph if problem.duration(v) > 0),
-                    reverse=True)[:problem.streams]
-    if sum(widest) <= problem.capacity + 1e-9:
+    lanes = problem.pinned
+    widest = sorted((problem.share(v) for v in problem.graph
+                     if problem.duration(v) > 0 and v not in lanes), reverse=True)[:problem.streams]
+    per_link: dict[int, float] = {}  # a link runs one transfer at a time, beside the streams
+    for v, k in lanes.items():
+        if problem.duration(v) > 0:
+            per_link[k] = max(per_link.get(k, 0.0), problem.share(v))
+    if sum(widest) + sum(per_link.values()) <= problem.capacity + 1e-9:
         return (EXACT,)
     return {"auto": LADDER, "blocking": (BLOCKING,), "relaxed": (_RELAXED,)}[contention]
 
@@ -162,7 +167,7 @@ def plan_piece(problem: SchedulingProblem, core: SchedulingProblem, budget: floa
     """
     modes = contention_modes(problem, opts.contention)
     own_bound = core is problem and bounds_itself(problem, opts)
-    prove = not own_bound and _path_bound(core) and not core.pinned
+    prove = not own_bound and _path_bound(core)
     found = _Found(dict(baselines or piece_baselines(problem)), core.lower_bound())
     if warm is not None:
         found.candidates["warm"] = warm
@@ -195,14 +200,17 @@ def _least(modes: tuple[Mode, ...]) -> float:
 
 def bounds_itself(problem: SchedulingProblem, opts: CpsatOptions) -> bool:
     """Does the model that plans ``problem`` also bound it?  Only the exact model without
-    shares (no contention possible) does; with lanes the models plan a transfer on a
-    stream (pessimistic), so no proof comes from them."""
-    return contention_modes(problem, opts.contention) == (EXACT,) and not problem.pinned
+    shares (no contention possible) does."""
+    return contention_modes(problem, opts.contention) == (EXACT,)
 
 
 def piece_baselines(problem: SchedulingProblem) -> dict[str, Schedule]:
-    """The plans every piece's plan competes with: one stream and HEFT."""
-    return {"single": single.solve(problem), "heft": heft.solve(problem)}
+    """The plans every piece's plan competes with: one stream and HEFT, and with
+    collectives the one-stream overlap (:mod:`autostream.solvers.overlap`)."""
+    out = {"single": single.solve(problem), "heft": heft.solve(problem)}
+    if problem.pinned:
+        out["overlap"] = overlap.solve(problem)
+    return out
 
 
 def _solve_mode(problem: SchedulingProblem, mode: Mode, found: _Found, budget: float,
@@ -237,7 +245,7 @@ def _best(problem: SchedulingProblem, found: _Found, search_seconds: float,
           least: float) -> PiecePlan:
     """The fastest candidate, improved by the local search when not known to be optimal."""
     source = best_candidate(problem, found.candidates,
-                            ("single", "warm", *(m.name for m in LADDER), "heft"))
+                            ("single", "warm", *(m.name for m in LADDER), "heft", "overlap"))
     best = found.candidates[source]
     if best.makespan > found.bound + found.resolution + 1e-6:
         moved = improve(problem, best, _evaluations(problem, search_seconds))

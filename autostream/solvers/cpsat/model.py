@@ -8,6 +8,13 @@ capacity when any task has a share; the makespan is the largest end.  Symmetry
 breaking: streams are used in order, and the i-th task may use only the first
 ``i + 1`` fresh streams.
 
+*Links*: a collective's transfer (``TaskGraph.on_lane``) has no stream to choose:
+its interval is mandatory, in its link's ``add_no_overlap``, beside every stream,
+and in the device cumulative with its share.  Edges to and from it pay no sync
+latency (the collective orders them), so its launch's successors may start at the
+launch's end on any stream, and its readers right at its end.  In the solutions
+and hints a transfer's stream is its link's (negative) number.
+
 The stream model is solved by one CP-SAT worker without its linear relaxation:
 the relaxation of the cross-stream literals is weak, and on the latency-bound
 pieces of real models propagation and search prove optima an order of magnitude
@@ -69,9 +76,16 @@ class SolveLimits:
 
 
 def window_bound(tg: TaskGraph, win: Window, streams: int) -> int:
-    """Graham's bounds of the window's makespan: longest path, work, contended work."""
-    work = sum(tg.duration[v] for v in win.tasks) + sum(f - win.lo for f in win.free)
-    bound = max(win.lo + math.ceil(work / streams), _longest_path(tg, win))
+    """Graham's bounds of the window's makespan: longest path, stream work, each link's
+    work, contended work."""
+    work = sum(tg.duration[v] for v in win.tasks if not tg.on_lane(v))
+    work += sum(f - win.lo for f in win.free)
+    links: dict[int, int] = {}
+    for v in win.tasks:
+        if tg.on_lane(v):
+            links[tg.lane[v]] = links.get(tg.lane[v], 0) + tg.duration[v]
+    bound = max(win.lo + math.ceil(work / streams), _longest_path(tg, win),
+                win.lo + max(links.values(), default=0))
     contended = sum(tg.duration[v] * tg.share[v] for v in win.tasks)
     contended += sum((e - s) * r for s, e, r in win.loads)
     if tg.capacity > 0:
@@ -106,7 +120,7 @@ def stream_model(
         _forks_and_joins(m, tg, win, start)
     add_device(m, tg, win, intervals)
     used = [m.new_bool_var(f"used{s}") for s in range(streams)]
-    for v in win.tasks:
+    for v in x:
         for s, lit in x[v].items():
             m.add_implication(lit, used[s])
     for a, b in pairwise(win.fresh):
@@ -121,12 +135,18 @@ def stream_model(
 
 def _stream_intervals(m: cp_model.CpModel, tg: TaskGraph, win: Window, streams: int,
                       horizon: int) -> tuple[dict, dict, dict]:
+    """Every task's start and interval; a stream task's stream literals (``x``, keyed by
+    task: transfers have none); no overlap per stream and per link."""
     start, x, intervals = {}, {}, {}
     per_stream: dict[int, list] = {s: [] for s in range(streams)}
+    per_link: dict[int, list] = {}
     for v, allowed in zip(win.tasks, win.allowed_streams(streams)):
         d = tg.duration[v]
         start[v] = m.new_int_var(win.lo, horizon - d, f"s{v}")
         intervals[v] = m.new_fixed_size_interval_var(start[v], d, f"i{v}")
+        if tg.on_lane(v):
+            per_link.setdefault(tg.lane[v], []).append(intervals[v])
+            continue
         x[v] = {s: m.new_bool_var(f"x{v}_{s}") for s in allowed}
         for s, lit in x[v].items():
             per_stream[s].append(m.new_optional_fixed_size_interval_var(start[v], d, lit, f"o{v}_{s}"))
@@ -136,7 +156,15 @@ def _stream_intervals(m: cp_model.CpModel, tg: TaskGraph, win: Window, streams: 
             ivs.append(m.new_fixed_size_interval_var(win.lo, win.free[s] - win.lo, f"busy{s}"))
         if len(ivs) > 1:
             m.add_no_overlap(ivs)
+    _links_serial(m, per_link)
     return start, x, intervals
+
+
+def _links_serial(m: cp_model.CpModel, per_link: dict[int, list]) -> None:
+    """A link runs one transfer at a time (the problem's edges chain them already)."""
+    for ivs in per_link.values():
+        if len(ivs) > 1:
+            m.add_no_overlap(ivs)
 
 
 def _precedences(m: cp_model.CpModel, tg: TaskGraph, win: Window, start: dict, x: dict,
@@ -149,6 +177,9 @@ def _precedences(m: cp_model.CpModel, tg: TaskGraph, win: Window, start: dict, x
         for u in tg.preds[v]:
             if u not in inside:
                 continue
+            if u not in x or v not in x:  # to or from a link: no sync
+                m.add(start[v] >= start[u] + tg.duration[u])
+                continue
             c = m.new_bool_var(f"c{u}_{v}")
             m.add_hint(c, hint_stream[u] != hint_stream[v])
             for s in x[u]:
@@ -156,7 +187,9 @@ def _precedences(m: cp_model.CpModel, tg: TaskGraph, win: Window, start: dict, x
             cross.append(c)
             m.add(start[v] >= start[u] + tg.duration[u] + lat * c)
         for e, ps in win.ext[v]:
-            if ps in x[v]:  # the latency applies unless v runs on its producer's stream
+            if v not in x or ps < 0:  # to or from a link: no sync
+                m.add(start[v] >= e)
+            elif ps in x[v]:  # the latency applies unless v runs on its producer's stream
                 m.add(start[v] + lat * x[v][ps] >= e + lat)
                 cross.append(x[v][ps].negated())
             else:
@@ -171,10 +204,11 @@ def _forks_and_joins(m: cp_model.CpModel, tg: TaskGraph, win: Window, start: dic
     A second successor either runs on the fork's stream after the first (``gap`` is
     at most the shortest successor) or on another stream (``gap`` is at most the
     latency).  Propagation alone does not see this; with it, CP-SAT proves the
-    latency-bound pieces of real models optimal many times faster.
+    latency-bound pieces of real models optimal many times faster.  Transfers are left
+    out on both sides: an edge to or from a link pays no latency.
     """
-    inside = set(win.tasks)
-    for u in win.tasks:
+    inside = {v for v in win.tasks if not tg.on_lane(v)}
+    for u in (v for v in win.tasks if v in inside):  # in task order: a deterministic model
         succs = [v for v in tg.succs[u] if v in inside]
         gap = min([tg.latency] + [tg.duration[v] for v in succs])
         if len(succs) > 1 and gap > 0:
@@ -218,20 +252,24 @@ def machines_model(
     inside = set(win.tasks)
     m = cp_model.CpModel()
     start, intervals = {}, {}
+    per_link: dict[int, list] = {}
     for v in win.tasks:
         d = tg.duration[v]
         start[v] = m.new_int_var(win.lo, horizon - d, f"s{v}")
         intervals[v] = m.new_fixed_size_interval_var(start[v], d, f"i{v}")
+        if tg.on_lane(v):
+            per_link.setdefault(tg.lane[v], []).append(intervals[v])
         for u in tg.preds[v]:
             if u in inside:
                 m.add(start[v] >= start[u] + tg.duration[u])
         for e, _ in win.ext[v]:
             m.add(start[v] >= e)
-    ivs = [intervals[v] for v in win.tasks if tg.duration[v] > 0]
+    ivs = [intervals[v] for v in win.tasks if tg.duration[v] > 0 and not tg.on_lane(v)]
     for s, f in enumerate(win.free):
         if f > win.lo:
             ivs.append(m.new_fixed_size_interval_var(win.lo, f - win.lo, f"busy{s}"))
     m.add_cumulative(ivs, [1] * len(ivs), streams)
+    _links_serial(m, per_link)
     add_device(m, tg, win, intervals)
     return m, start, _makespan(m, tg, win, start, mk_floor, horizon)
 
@@ -243,8 +281,10 @@ def add_hint(m: cp_model.CpModel, tasks, start, x, hint_stream, hint_start) -> N
             m.add_hint(lit, s == hint_stream[v])
 
 
-def read_streams(solver: cp_model.CpSolver, tasks, x) -> dict[int, int]:
-    return {v: next(s for s, lit in x[v].items() if solver.boolean_value(lit)) for v in tasks}
+def read_streams(solver: cp_model.CpSolver, tg: TaskGraph, tasks, x) -> dict[int, int]:
+    """Each task's stream in the solution (a transfer's: its link's)."""
+    return {v: tg.lane[v] if tg.on_lane(v) else
+            next(s for s, lit in x[v].items() if solver.boolean_value(lit)) for v in tasks}
 
 
 def colour(tg: TaskGraph, win: Window, streams: int, start: Mapping[int, int]) -> dict[int, int]:
@@ -252,16 +292,19 @@ def colour(tg: TaskGraph, win: Window, streams: int, start: Mapping[int, int]) -
 
     Tasks in start order; each takes the free stream of a predecessor if one is
     free (no sync needed), else the used stream that freed last, else the first
-    fresh stream.
+    fresh stream.  A transfer keeps its link.
     """
     free = list(win.free)
     fresh = list(win.fresh)
     stream: dict[int, int] = {}
     inside = set(win.tasks)
     for v in sorted(win.tasks, key=lambda v: (start[v], v)):
+        if tg.on_lane(v):
+            stream[v] = tg.lane[v]
+            continue
         t = start[v]
         pred_streams = [stream[u] for u in tg.preds[v] if u in inside] + [s for _, s in win.ext[v]]
-        options = [s for s in pred_streams if free[s] <= t]
+        options = [s for s in pred_streams if s >= 0 and free[s] <= t]
         if not options:
             options = [s for s in range(streams) if free[s] <= t and s not in fresh]
         if options:
@@ -284,17 +327,16 @@ def retime(
 
     Capacity is not re-checked: the caller uses it for share-free windows.
     """
-    lat = tg.latency
-    free = list(win.free)
+    free = dict(enumerate(win.free))  # and each link's, as its transfers are placed
     out: dict[int, int] = {}
     for v in sorted(win.tasks, key=lambda v: (start[v], v)):
         s = stream[v]
-        t = max(win.lo, free[s])
+        t = max(win.lo, free.get(s, win.lo))
         for e, ps in win.ext[v]:
-            t = max(t, e + (lat if ps != s else 0))
+            t = max(t, e + tg.latency_between(ps, s))
         for u in tg.preds[v]:
             if u in out:
-                t = max(t, out[u] + tg.duration[u] + (lat if stream[u] != s else 0))
+                t = max(t, out[u] + tg.duration[u] + tg.latency_between(stream[u], s))
         out[v] = t
         free[s] = t + tg.duration[v]
     return out
@@ -347,7 +389,7 @@ def _first_solve(tg: TaskGraph, win: Window, streams: int, hint: Hint, limits: S
     name = solver.status_name(status)
     starts = {v: solver.value(start[v]) for v in tasks}
     if not machines:
-        return WindowResult(name, read_streams(solver, tasks, x), starts, best, bound, wall, det,
+        return WindowResult(name, read_streams(solver, tg, tasks, x), starts, best, bound, wall, det,
                             cut)
     stream = colour(tg, win, streams, starts)
     if tg.latency:
@@ -373,7 +415,7 @@ def _sync_solve(tg: TaskGraph, win: Window, streams: int, limits: SolveLimits,
     cut = first.hit_wall or hit_wall(solver, status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return _replace(first, wall=wall, det_time=det, hit_wall=cut)
-    return _replace(first, stream=read_streams(solver, win.tasks, x),
+    return _replace(first, stream=read_streams(solver, tg, win.tasks, x),
                     start={v: solver.value(start[v]) for v in win.tasks},
                     wall=wall, det_time=det, hit_wall=cut, unsynced=(first.stream, first.start))
 
@@ -395,15 +437,16 @@ def feasible(tg: TaskGraph, win: Window, stream: Mapping[int, int],
              start: Mapping[int, int]) -> bool:
     """Does an integer placement of a window satisfy the model (for HEFT's hint)?"""
     inside = set(win.tasks)
-    lat = tg.latency
     for v in win.tasks:
-        if start[v] < win.lo or start[v] < win.free[stream[v]]:
+        s = stream[v]
+        if start[v] < win.lo or (s >= 0 and start[v] < win.free[s]) or (s < 0) != tg.on_lane(v):
             return False
         for u in tg.preds[v]:
-            if u in inside and start[v] < start[u] + tg.duration[u] + (lat if stream[u] != stream[v] else 0):
+            if u in inside and start[v] < (start[u] + tg.duration[u]
+                                           + tg.latency_between(stream[u], s)):
                 return False
         for e, ps in win.ext[v]:
-            if start[v] < e + (lat if ps != stream[v] else 0):
+            if start[v] < e + tg.latency_between(ps, s):
                 return False
     return _streams_free(tg, win, stream, start) and _capacity_kept(tg, win, start)
 

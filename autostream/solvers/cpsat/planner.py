@@ -42,7 +42,7 @@ _BASELINES = {
     "nimble": nimble.solve,
 }
 #: tie order between equally fast plans (after cross edges and streams used)
-_PREFERENCE = ("single", "cpsat", *(m.name for m in LADDER[1:]), "heft", *_BASELINES)
+_PREFERENCE = ("single", "cpsat", *(m.name for m in LADDER[1:]), "heft", "overlap", *_BASELINES)
 
 
 def plan(problem: SchedulingProblem, opts: CpsatOptions, started: float) -> Schedule:
@@ -114,8 +114,8 @@ def _pieces(problem: SchedulingProblem, opts: CpsatOptions) -> list[Piece]:
     piece with ops to place (cuts near a source of STG graphs): that piece is the graph
     less a few ops, but its loose ops cost it its own bound, so its search can neither
     prove nor stop early."""
-    if problem.streams == 1 or len(problem.graph) <= 1:
-        return []
+    if (problem.streams == 1 and not problem.pinned) or len(problem.graph) <= 1:
+        return []  # one stream beside no link: program order is optimal
     whole = [Piece(problem.topo_order, None, None)]
     if not opts.decompose:
         return whole

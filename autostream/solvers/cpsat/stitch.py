@@ -34,7 +34,8 @@ class PieceLayout:
 def stitch(pieces: Sequence[Piece], layouts: Sequence[PieceLayout | None],
            streams: int) -> tuple[dict[str, int], tuple[str, ...]]:
     """``(stream_of, launch order)`` of the whole graph; a piece without a layout
-    (one op after its head) runs on its head's stream.
+    (one op after its head) runs on its head's stream (on stream 0 after a head on a
+    link: a collective's transfer has no stream to hand on).
 
     >>> a, b = Piece(("x", "y"), None, "y"), Piece(("y", "z", "w"), "y", None)
     >>> stitch([a, b], [None, PieceLayout((1, 1, 0), (0, 2, 1))], streams=2)
@@ -44,7 +45,7 @@ def stitch(pieces: Sequence[Piece], layouts: Sequence[PieceLayout | None],
     order: list[str] = []
     for piece, layout in zip(pieces, layouts, strict=True):
         if layout is None:
-            s = stream_of[piece.head] if piece.head is not None else 0
+            s = max(stream_of[piece.head], 0) if piece.head is not None else 0
             for v in piece.own:
                 stream_of[v] = s
                 order.append(v)

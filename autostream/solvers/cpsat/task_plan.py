@@ -158,13 +158,11 @@ def _retimed(tg: TaskGraph, win: Window,
     position = {v: i for i, v in enumerate(plan.order)}
     first = {v: min(position[n] for n in tg.members[v]) for v in win.tasks}
     own = {v: plan.stream_of[tg.members[v][0]] for v in win.tasks}
-    for v in win.tasks:  # a transfer (on a lane) waits on its launch's stream in the model
-        if own[v] < 0:
-            own[v] = next((own[u] for u in tg.preds[v] if u in own and own[u] >= 0), 0)
     renumber: dict[int, int] = {}  # streams by first use in task order (the model's symmetry)
     for v in win.tasks:
-        renumber.setdefault(own[v], len(renumber))
-    stream = {v: renumber[own[v]] for v in win.tasks}
+        if not tg.on_lane(v):
+            renumber.setdefault(own[v], len(renumber))
+    stream = {v: tg.lane[v] if tg.on_lane(v) else renumber[own[v]] for v in win.tasks}
     return stream, retime(tg, win, stream, _topological_rank(tg, first))
 
 
@@ -185,15 +183,19 @@ def _topological_rank(tg: TaskGraph, priority: Mapping[int, int]) -> dict[int, i
 
 
 def heft_hint(tg: TaskGraph, streams: int) -> tuple[dict[int, int], dict[int, int]]:
-    """HEFT's placement of the task graph, streams renumbered by first use in task order."""
+    """HEFT's placement of the task graph, streams renumbered by first use in task order
+    (a transfer on its link)."""
     g = nx.DiGraph()
     for v in range(len(tg)):
         g.add_node(v, duration=float(tg.duration[v]), share=tg.share[v] / SHARE_UNITS, order=v)
+        if tg.on_lane(v):
+            g.nodes[v]["lane"] = f"link{-tg.lane[v]:06d}"
     g.add_edges_from(tg.edges)
     p = SchedulingProblem(g, streams, float(tg.latency), max(tg.capacity, 1) / SHARE_UNITS)
     placement = heft.heft_placement(p)
     renumber: dict[int, int] = {}
-    stream = {v: renumber.setdefault(placement.stream_of[v], len(renumber)) for v in range(len(tg))}
+    stream = {v: tg.lane[v] if tg.on_lane(v) else
+              renumber.setdefault(placement.stream_of[v], len(renumber)) for v in range(len(tg))}
     return stream, {v: int(round(placement.start[v])) for v in range(len(tg))}
 
 

@@ -13,7 +13,9 @@ Ops become tasks by merges that lose nothing: a zero-duration op with a single
 predecessor runs on its predecessor's stream right after it (no plan is better
 off with it elsewhere: its successors get the value no later), and a
 zero-duration op without predecessors and with a single successor runs right
-before that successor.  With ``collapse_chains`` a linear chain (``u``'s single
+before that successor.  A collective's transfer (a task on a process group's link,
+``problem.pinned``) is a task of its own: nothing merges into it, it merges into
+nothing.  With ``collapse_chains`` a linear chain (``u``'s single
 successor ``v`` has the single predecessor ``u``) also becomes one task, whose
 share is the largest of its members'; that merge may lose a little (the chain can
 no longer be split over streams), so the model then bounds nothing.
@@ -52,6 +54,9 @@ class TaskGraph:
     #: the most any path can lose to rounding down, us: a plan within ``optimum /
     #: scale + rounding_us`` is optimal as far as this model can tell
     rounding_us: float = 0.0
+    #: per task, the (negative) stream number of the link it runs on
+    #: (``problem.pinned``), 0 for a task that needs a stream; empty: no lanes
+    lane: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.members)
@@ -59,6 +64,17 @@ class TaskGraph:
     @property
     def edges(self) -> list[tuple[int, int]]:
         return [(u, v) for v in range(len(self)) for u in self.preds[v]]
+
+    def on_lane(self, v: int) -> bool:
+        """Does task ``v`` run on a link (beside the streams) rather than on a stream?"""
+        return bool(self.lane) and self.lane[v] < 0
+
+    def latency_between(self, producer_stream: int, consumer_stream: int) -> int:
+        """The sync latency an edge pays between these streams: none on one stream, none
+        to or from a link (the collective's own machinery orders it)."""
+        if producer_stream == consumer_stream or producer_stream < 0 or consumer_stream < 0:
+            return 0
+        return self.latency
 
     @property
     def contended(self) -> bool:
@@ -106,16 +122,17 @@ def task_groups(problem: SchedulingProblem, collapse_chains: bool,
     """
     g = problem.graph
     index = problem.topo_index
+    lanes = problem.pinned  # transfers: tasks of their own
     leader: dict[str, str] = {}  # op -> the op its task is built around
     for n in problem.topo_order:
         preds = list(g.predecessors(n))
-        zero = merge_zero and problem.duration(n) == 0
-        leader[n] = leader[preds[0]] if len(preds) == 1 and zero else n
+        zero = merge_zero and problem.duration(n) == 0 and n not in lanes
+        leader[n] = leader[preds[0]] if len(preds) == 1 and zero and preds[0] not in lanes else n
     for n in problem.topo_order:
         if (merge_zero and leader[n] == n and problem.duration(n) == 0 and g.in_degree(n) == 0
                 and g.out_degree(n) == 1):
             w = next(iter(g.successors(n)))
-            if leader[w] != n:  # else n leads zero-duration ops of its own
+            if leader[w] != n and leader[w] not in lanes:  # else n leads ops of its own
                 leader[n] = leader[w]
     if collapse_chains:
         _collapse_chains(problem, leader)
@@ -132,8 +149,10 @@ def _root(leader: dict[str, str], n: str) -> str:
 
 
 def _collapse_chains(problem: SchedulingProblem, leader: dict[str, str]) -> None:
-    """Merge task B into task A when A is B's only predecessor and B is A's only successor."""
+    """Merge task B into task A when A is B's only predecessor and B is A's only successor
+    (neither a transfer)."""
     g = problem.graph
+    lanes = problem.pinned
     succ: dict[str, set[str]] = {}
     pred: dict[str, set[str]] = {}
     for u, v in g.edges:
@@ -142,10 +161,10 @@ def _collapse_chains(problem: SchedulingProblem, leader: dict[str, str]) -> None
             succ.setdefault(a, set()).add(b)
             pred.setdefault(b, set()).add(a)
     for n in problem.topo_order:  # leaders in topological order
-        if leader[n] != n or len(pred.get(n, ())) != 1:
+        if leader[n] != n or len(pred.get(n, ())) != 1 or n in lanes:
             continue
         a = _root(leader, next(iter(pred[n])))
-        if len(succ.get(a, ())) == 1:
+        if len(succ.get(a, ())) == 1 and a not in lanes:
             leader[n] = a
             succ[a] = succ.pop(n, set())
             for c in succ[a]:
@@ -193,6 +212,8 @@ def build_tasks(
         for group in groups
     )
     duration = tuple(to_units(sum(problem.duration(n) for n in group), scale) for group in groups)
+    pinned = problem.pinned
+    lane = tuple(pinned.get(group[0], 0) for group in groups) if pinned else ()
     collapsed = any(sum(problem.duration(n) > 0 for n in group) > 1 for group in groups)
     lost = sum(problem.duration(n) * scale - to_units(problem.duration(n), scale)
                for n in problem.graph)
@@ -206,13 +227,21 @@ def build_tasks(
         scale=scale,
         latency=to_units(problem.sync_latency_us, scale),
         capacity=capacity,
-        relaxes=not collapsed and not _can_bind(share, duration, capacity, problem.streams),
+        relaxes=not collapsed and not _can_bind(share, duration, capacity, problem.streams, lane),
         rounding_us=max(lost, 0.0) / scale,
+        lane=lane,
     )
 
 
 def _can_bind(share: tuple[int, ...], duration: tuple[int, ...], capacity: int,
-              streams: int) -> bool:
-    """Can tasks running at once (at most one per stream) exceed the capacity?"""
-    widest = sorted((s for s, d in zip(share, duration) if d > 0), reverse=True)[:streams]
-    return sum(widest) > capacity
+              streams: int, lane: tuple[int, ...] = ()) -> bool:
+    """Can tasks running at once (at most one per stream and one per link) exceed the
+    capacity?"""
+    lane = lane or (0,) * len(share)
+    widest = sorted((s for s, d, k in zip(share, duration, lane) if d > 0 and k == 0),
+                    reverse=True)[:streams]
+    per_link: dict[int, int] = {}
+    for s, d, k in zip(share, duration, lane):
+        if d > 0 and k < 0:
+            per_link[k] = max(per_link.get(k, 0), s)
+    return sum(widest) + sum(per_link.values()) > capacity

@@ -51,7 +51,8 @@ class Window:
         released = [max(e for e, _ in ext[v]) for v in tasks if ext[v]]
         # A window task with no outside predecessor is still launched after the tasks
         # before it, so it cannot start before the earliest release of the window.
-        lo = min(released) if released else min(placed.stream_free.values(), default=0)
+        lo = min(released) if released else min(
+            (f for s, f in placed.stream_free.items() if s >= 0), default=0)
         free = tuple(max(lo, placed.stream_free.get(s, 0)) for s in range(streams))
         loads = tuple(
             sorted(
@@ -72,6 +73,7 @@ class Window:
                 (
                     tg.duration[v],
                     tg.share[v],
+                    tg.lane[v] if tg.lane else 0,
                     tuple(pos[p] for p in tg.preds[v] if p in pos),
                     tuple(sorted((e - lo, s) for e, s in self.ext[v])),
                 )
@@ -115,28 +117,28 @@ def greedy_window(
 
     Returns ``(stream, start)``.  Tasks go by decreasing upward rank (ties: task
     id, so predecessors first), each to the allowed stream where it finishes
-    earliest, in the earliest idle gap of that stream that fits.
+    earliest, in the earliest idle gap of that stream that fits; a transfer to the
+    earliest gap of its link.
     """
     pos = {v: i for i, v in enumerate(win.tasks)}
     allowed = win.allowed_streams(streams)
-    busy: list[list[tuple[int, int]]] = [
-        [(win.lo, f)] if f > win.lo else [] for f in win.free
-    ]
+    busy: dict[int, list[tuple[int, int]]] = {  # per stream, and per link as it is used
+        s: [(win.lo, f)] if f > win.lo else [] for s, f in enumerate(win.free)}
     loads = list(win.loads)
     stream: dict[int, int] = {}
     start: dict[int, int] = {}
-    lat = tg.latency
     for v in sorted(win.tasks, key=lambda v: (-rank[v], v)):
         d, r = tg.duration[v], tg.share[v]
         best: tuple[int, int, int] | None = None
-        for s in allowed[pos[v]]:
+        for s in [tg.lane[v]] if tg.on_lane(v) else allowed[pos[v]]:
             ready = win.lo
             for e, ps in win.ext[v]:
-                ready = max(ready, e + (lat if ps != s else 0))
+                ready = max(ready, e + tg.latency_between(ps, s))
             for p in tg.preds[v]:
                 if p in stream:
-                    ready = max(ready, start[p] + tg.duration[p] + (lat if stream[p] != s else 0))
-            t = _earliest(busy[s], loads, ready, d, r, tg.capacity)
+                    ready = max(ready, start[p] + tg.duration[p]
+                                + tg.latency_between(stream[p], s))
+            t = _earliest(busy.setdefault(s, []), loads, ready, d, r, tg.capacity)
             if best is None or t + d < best[0]:
                 best = (t + d, s, t)
         assert best is not None
@@ -168,11 +170,14 @@ def _earliest(
 
 
 def upward_rank(tg: TaskGraph, streams: int) -> list[float]:
-    """Longest path from each task to an exit, with the expected sync latency per edge."""
+    """Longest path from each task to an exit, with the expected sync latency per edge
+    (none to or from a link)."""
     lat = tg.latency * (streams - 1) / streams
     rank = [0.0] * len(tg)
     for v in reversed(range(len(tg))):
-        rank[v] = tg.duration[v] + max((lat + rank[s] for s in tg.succs[v]), default=0.0)
+        rank[v] = tg.duration[v] + max(
+            ((0.0 if tg.on_lane(v) or tg.on_lane(s) else lat) + rank[s] for s in tg.succs[v]),
+            default=0.0)
     return rank
 
 
