@@ -10,9 +10,20 @@ Costs are per op kind (us, device share), with optional per-op jitter so that
 layers are not identical.  With ``experts=11`` a layer has 158 ops: 32 layers
 make a 5,000-op graph.
 
+``parallel=True`` makes it the graph of one rank of a distributed deployment, with
+the collectives as the planner sees them (a launch, its transfer on the process
+group's link, its wait; every launch chained to the previous one): the attention
+output and the MoE output all-reduced over the tensor-parallel group (Megatron),
+and the routed experts' tokens dispatched and combined by all-to-alls over the
+expert-parallel group, beside the shared expert (the overlap Ascend deployments
+tag by hand).  Three more ops per collective: 12 per layer.
+
 >>> p = decoder_problem(layers=2, streams=4)
 >>> len(p.graph), p.streams
 (322, 4)
+>>> q = decoder_problem(layers=2, streams=4, parallel=True)
+>>> len(q.graph) - len(p.graph), sorted(set(q.pinned.values()))
+(24, [-2, -1])
 """
 
 from __future__ import annotations
@@ -38,14 +49,44 @@ COSTS: dict[str, tuple[float, float]] = {
     "expert_mm": (5.0, 0.4),
     "shared_mm": (8.0, 0.5),
     "lm_head": (40.0, 0.9),
+    "launch": (1.0, 0.0),
+    "wait": (0.5, 0.0),
+}
+#: collective -> (transfer us, device share of the running transfer): a decode step's
+#: activations over an NVLink/HCCS-class link, the kernels taking a few compute units
+TRANSFERS: dict[str, tuple[float, float]] = {
+    "all_reduce": (12.0, 0.1),
+    "all_to_all": (18.0, 0.1),
 }
 
 
 class _Builder:
-    def __init__(self, jitter: float, seed: int) -> None:
+    def __init__(self, jitter: float, seed: int, parallel: bool = False) -> None:
         self.g = nx.DiGraph()
         self.rng = random.Random(seed)
         self.jitter = jitter
+        self.parallel = parallel
+        self.last_launch: str | None = None
+        self.last_transfer: dict[str, str] = {}
+
+    def collective(self, name: str, kind: str, group: str, x: str) -> str:
+        """``x`` through a collective on ``group``'s link (``x`` itself when not parallel)."""
+        if not self.parallel:
+            return x
+        launch = self.op(f"{name}.launch", "launch", x)
+        d, r = TRANSFERS[kind]
+        if self.jitter:
+            d *= 1 + self.rng.uniform(-self.jitter, self.jitter)
+        link = f"link:{group}"
+        transfer = f"{name}.transfer"
+        self.g.add_node(transfer, duration=round(d, 3), share=r, order=len(self.g),
+                        target=kind, lane=link)
+        self.g.add_edge(launch, transfer)
+        for before in (self.last_launch, self.last_transfer.get(link)):
+            if before is not None:  # one issue order on every rank; a link is serial
+                self.g.add_edge(before, launch if before == self.last_launch else transfer)
+        self.last_launch, self.last_transfer[link] = launch, transfer
+        return self.op(f"{name}.wait", "wait", launch, transfer)
 
     def op(self, name: str, kind: str, *inputs: str) -> str:
         d, r = COSTS[kind]
@@ -90,6 +131,7 @@ class _Builder:
         o = self.op(f"{p}.pv", "bmm", pr, v)
         o = self.op(f"{p}.o_view", "view", self.op(f"{p}.o_t", "view", o))
         o = self.op(f"{p}.o_proj", "o_proj", o)
+        o = self.collective(f"{p}.attn_ar", "all_reduce", "tp", o)
         x = self.op(f"{p}.resid1", "elementwise", x, o)
         h = self.rmsnorm(f"{p}.norm2", x)
         logits = self.op(f"{p}.router", "router", h)
@@ -98,22 +140,26 @@ class _Builder:
         w = self.op(f"{p}.topk_w", "view", top)
         idx = self.op(f"{p}.topk_i", "view", top)
         w = self.op(f"{p}.norm_w", "elementwise", w)
+        tokens = self.collective(f"{p}.dispatch", "all_to_all", "ep", h)
         acc = None
         for e in range(experts):
             q = f"{p}.expert{e}"
             sel = self.op(f"{q}.select", "gather", idx)
-            xe = self.op(f"{q}.gather", "gather", h, sel)
+            xe = self.op(f"{q}.gather", "gather", tokens, sel)
             gate = self.op(f"{q}.gate", "expert_mm", xe)
             up = self.op(f"{q}.up", "expert_mm", xe)
             act = self.op(f"{q}.silu", "elementwise", gate)
             y = self.op(f"{q}.down", "expert_mm", self.op(f"{q}.mul", "elementwise", act, up))
             y = self.op(f"{q}.weight", "elementwise", y, w, sel)
             acc = y if acc is None else self.op(f"{q}.combine", "elementwise", acc, y)
+        if acc is not None:
+            acc = self.collective(f"{p}.combine", "all_to_all", "ep", acc)
         gate = self.op(f"{p}.shared.gate", "shared_mm", h)
         up = self.op(f"{p}.shared.up", "shared_mm", h)
         act = self.op(f"{p}.shared.silu", "elementwise", gate)
         sh = self.op(f"{p}.shared.down", "shared_mm", self.op(f"{p}.shared.mul", "elementwise", act, up))
         moe = self.op(f"{p}.moe_add", "elementwise", acc, sh) if acc else sh
+        moe = self.collective(f"{p}.mlp_ar", "all_reduce", "tp", moe)
         return self.op(f"{p}.resid2", "elementwise", x, moe)
 
 
@@ -124,9 +170,11 @@ def decoder_problem(
     jitter: float = 0.0,
     seed: int = 0,
     sync_latency_us: float = 1.5,
+    parallel: bool = False,
 ) -> SchedulingProblem:
-    """``layers`` decoder layers plus embedding and LM head; ``jitter`` (0..1) perturbs costs."""
-    b = _Builder(jitter, seed)
+    """``layers`` decoder layers plus embedding and LM head; ``jitter`` (0..1) perturbs costs;
+    ``parallel``: one rank's graph, with its collectives (the module docstring)."""
+    b = _Builder(jitter, seed, parallel)
     x = b.op("embed", "gather")
     for i in range(layers):
         x = b.layer(f"L{i}", x, experts)

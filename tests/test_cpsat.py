@@ -10,11 +10,13 @@ from pathlib import Path
 import networkx as nx
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autostream.problem import SchedulingProblem
 from autostream.solvers import solve
 from autostream.solvers.cpsat import clock, ladder, task_plan
 from autostream.solvers.cpsat.bounds import graham_by_pieces
+from autostream.solvers.cpsat.energy import PrecedenceEnergy
 from autostream.solvers.cpsat.model import WindowResult
 from autostream.solvers.cpsat.options import CpsatOptions
 from autostream.solvers.cpsat.pieces import Piece, cut_into_pieces
@@ -433,3 +435,34 @@ def test_cpsat_with_links_is_valid_never_worse_and_its_bound_holds(problem):
     assert s.lower_bound >= problem.lower_bound() - 1e-9
     longer = solve(problem, "cpsat", time_limit=3.0, cache=False, wall_clock=False, seed=1)
     assert s.lower_bound <= longer.makespan + 1e-6
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.one_of(problems(max_nodes=9), comm_problems()))
+def test_the_head_body_tail_bound_is_never_above_a_plan(problem):
+    """The bound (with the pairs of ops) holds against every solver's simulated plan
+    (processor sharing, lanes, latency), and is at least the critical path."""
+    bound = PrecedenceEnergy.of(problem).bound(problem.capacity)
+    assert bound >= problem.critical_path() - 1e-9
+    plans = [solve(problem, name) for name in BASELINES]
+    plans.append(solve(problem, "cpsat", time_limit=0.5, cache=False, wall_clock=False))
+    assert bound <= min(s.makespan for s in plans) + 1e-6
+
+
+def test_the_bound_sees_work_queued_between_two_transfers():
+    """An expert-parallel block: dispatch all-to-all, experts that need its result, combine
+    all-to-all; Graham's bound counts the experts' device time and the transfers apart,
+    the bound between the dispatch's wait and the combine's launch adds them up."""
+    g = nx.DiGraph([("d", "d.x"), ("d.x", "d.w"), ("d", "d.w"), ("c", "c.x"), ("c.x", "c.w"),
+                    ("c", "c.w"), ("d", "c")])
+    nx.set_node_attributes(g, {"d": 1.0, "d.w": 1.0, "c": 1.0, "c.w": 1.0}, "duration")
+    g.add_nodes_from(["d.x", "c.x"], duration=20.0, lane="link:ep")
+    for e in range(4):  # four experts of 10 us, each filling the device
+        g.add_node(f"e{e}", duration=10.0, share=1.0)
+        g.add_edges_from([("d.w", f"e{e}"), (f"e{e}", "c")])
+    p = SchedulingProblem(g, streams=4)
+    assert p.lower_bound() == pytest.approx(54.0)  # the path d, d.x, d.w, e, c, c.x, c.w
+    bound = PrecedenceEnergy.of(p).bound(1.0)
+    assert bound == pytest.approx(84.0)  # 1 + 20 + 1, the experts' 40 of device time, 1 + 20 + 1
+    s = solve(p, "cpsat", time_limit=1.0, cache=False)
+    assert s.makespan == pytest.approx(bound) and s.optimal, "the bound proves the plan optimal"

@@ -4,8 +4,8 @@ Nothing overlaps a cut, so once the loose ops are dropped (a relaxation) the
 makespan is the sum of the pieces' spans, and each span is at least its core's
 bound less its head's duration (which the previous piece counted).  A core's
 bound is Graham's ``max(critical path, work / streams, contended work /
-capacity)`` or, better, CP-SAT's proven optimum of the core without shares
-(:mod:`.ladder`).  The whole graph's Graham bound still holds, so the result is
+capacity)``, the head-body-tail bound (:mod:`.energy`), or, better, CP-SAT's proven
+optimum of the core without shares (:mod:`.ladder`).  The whole graph's Graham bound still holds, so the result is
 the larger of the two.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autostream.problem import SchedulingProblem
+from autostream.solvers.cpsat.energy import PrecedenceEnergy
 from autostream.solvers.cpsat.pieces import Piece, core_problem, cut_into_pieces
 
 
@@ -91,14 +92,16 @@ class _Terms:
     per_stream: float
     contended: float
     lane: float
+    energy: PrecedenceEnergy | None = None  # the head-body-tail bound, where it is computed
 
     @classmethod
-    def of(cls, p: SchedulingProblem) -> _Terms:
+    def of(cls, p: SchedulingProblem, energy: bool = False) -> _Terms:
         return cls(p.critical_path(), p.total_work() / p.streams, p.contended_work(),
-                   p.lane_work())
+                   p.lane_work(), PrecedenceEnergy.of(p) if energy else None)
 
     def bound(self, capacity: float) -> float:
-        return max(self.path, self.per_stream, self.contended / capacity, self.lane)
+        graham = max(self.path, self.per_stream, self.contended / capacity, self.lane)
+        return max(graham, self.energy.bound(capacity)) if self.energy is not None else graham
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,8 @@ class _CoreTerms:
         cuts = [v for v in (piece.head, piece.tail) if v is not None]
         inner = core.graph.subgraph([v for v in core.graph if v not in cuts])
         between = SchedulingProblem(inner, core.streams, core.sync_latency_us, core.capacity)
-        return cls(_Terms.of(core), _Terms.of(between), sum(core.duration(v) for v in cuts))
+        return cls(_Terms.of(core, energy=True), _Terms.of(between),
+                   sum(core.duration(v) for v in cuts))
 
     def bound(self, capacity: float) -> float:
         return max(self.core.bound(capacity), self.cuts + self.between.bound(capacity))
