@@ -62,7 +62,8 @@ EXPERIMENTS = (
                "Solvers against the published optimal makespans of the Standard Task Graph Set.",
                ("--limit", "5", "--streams", "2", "4", "--time-limit", "1")),
     Experiment("scale_benchmark.py", "Scale benchmark",
-               "cpsat planning time and gap on synthetic decoder graphs of growing depth.",
+               "cpsat planning time and gap on synthetic decoder graphs of growing depth, "
+               "without and with collectives (tensor- and expert-parallel).",
                ("--layers", "4", "--time-limit", "1"), ("--layers", "4", "8", "16", "32", "128")),
     Experiment("zoo_benchmark.py", "Zoo benchmark: the pass on transformers models",
                "Pass time, recompile from the plan cache, gap to the bound and HEFT on every "

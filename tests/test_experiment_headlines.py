@@ -38,6 +38,9 @@ def test_scale_rows_hold_small_graphs_to_time_and_gap_and_large_ones_to_time():
     assert scale_benchmark.headline(32, 5032, 6.0, 0.02).met is True
     assert scale_benchmark.headline(32, 5032, 6.0, 0.04).met is False
     assert scale_benchmark.headline(32, 5032, 10.5, 0.0).met is False
+    with_collectives = scale_benchmark.headline(32, 5416, 6.0, 0.029, over_heft=1.11)
+    assert with_collectives.met is True and "collectives" in with_collectives.what
+    assert "1.11x over HEFT" in with_collectives.measured
     large = scale_benchmark.headline(128, 20_216, 19.0, 0.2)
     assert large.met is True and large.target == "<= 20 s" and "20,216 ops" in large.what
 

@@ -15,7 +15,8 @@
    a ladder of capacities, the simulator picking the best plan.
 5. **Bound** (:mod:`.bounds`): the pieces' bounds add up; a piece's is CP-SAT's
    proven optimum of its core (the exact model without shares relaxes the
-   simulator), else Graham's.
+   simulator), else the larger of Graham's and the head-body-tail bound
+   (:mod:`.energy`).
 6. **Choice**: the best predicted plan (the timeline simulator) among the stitched
    CP-SAT plan, one stream, HEFT and the cheap baselines; ties go to fewer
    cross-stream edges, then fewer streams.
@@ -25,9 +26,9 @@ seeds, so the same problem and options give the same plan on every machine, unle
 the wall-clock safety cap cut a search (``stats.deterministic`` says so);
 ``wall_clock=False`` drops the caps (graphs that communicate: every rank must plan
 alike).  Collectives' transfers (``problem.pinned``, tasks on a process group's
-link) are modelled as tasks on the stream that waits for them, serialised per link
-by the problem's edges; the returned plan puts them back on their links and the
-simulator re-times it (``docs/distributed.md``).  Plans
+link) are tasks on their link, beside the streams, in the models and the bounds
+(:mod:`.model`, :mod:`.energy`); such plans also compete with the one-stream
+overlap (``docs/distributed.md``).  Plans
 are kept in a persistent cache keyed by the canonical problem and the options
 (:mod:`.cache`).  ``docs/cpsat.md`` has the design and its reasons.
 """
