@@ -56,6 +56,7 @@ with eager; ``wrong`` counts the calls that differ (on any rank).
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import sys
@@ -87,6 +88,8 @@ class Row:
     predicted_ms: float
     plan: str
     sizes: dict = field(default_factory=dict)  # the builder's sizes, where the run chose them
+    #: variant -> each round's time, ms (slowest rank), where the run kept them
+    rounds: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
     def speedup(self, variant: str, over: str = "single") -> float:
         return self.ms[over] / self.ms[variant]
@@ -318,11 +321,12 @@ def rows_from_ranks(names: list[str], per_rank: list[dict], runs: int) -> list[R
     rows = []
     for name in names:
         ranks = [r[name] for r in per_rank]
-        ms = {v: 1e3 * statistics.median(max(r["times"][v][i] for r in ranks)
-                                         for i in range(runs)) for v in VARIANTS}
+        rounds = {v: tuple(1e3 * max(r["times"][v][i] for r in ranks) for i in range(runs))
+                  for v in VARIANTS}
+        ms = {v: statistics.median(t) for v, t in rounds.items()}
         speedup, predicted_ms, what = ranks[0]["prediction"]
         rows.append(Row(name, ms, sum(r["wrong"] for r in ranks), speedup, predicted_ms, what,
-                        ranks[0]["sizes"]))
+                        ranks[0]["sizes"], rounds))
     return rows
 
 
@@ -397,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="seconds before a hung run is killed (default 1800)")
     parser.add_argument("--quick", action="store_true", help="8 runs, 2 warm-up")
+    parser.add_argument("--dump", type=Path, default=None,
+                        help="write each round's time of every variant (ms, slowest rank) "
+                             "to this JSON file")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.warmup = 8, 2
@@ -416,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
                    if r.model == "probe" else ""))
     print()
     print(table(rows))
+    if args.dump is not None:
+        args.dump.write_text(json.dumps({r.model: r.rounds for r in rows}, indent=1))
     record(__file__, headlines(rows, args.backend))
     return 0 if all(r.wrong == 0 for r in rows) else 1
 
