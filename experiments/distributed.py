@@ -36,7 +36,9 @@ call; a call's time is its slowest rank's):
 
 Speed-ups are over ``single``; ``of ceiling`` is autostream's gain as a share of the
 ceiling's (``(x_auto - 1) / (x_ceiling - 1)``, shown where the ceiling gains at
-least 5%).  The variants run in a new random order every round (seeded by the round,
+least 5%).  The headline gives the share's 90% bootstrap interval over the rounds,
+and judges the target only where the interval does not contain it (the rounds of
+2 ranks on 2 cores often do not resolve it).  The variants run in a new random order every round (seeded by the round,
 the same on every rank): with an alternating order a variant inherits the state its
 neighbours leave (freed buffers, the other rank's lag).  ``predicted`` is the
 planner's speed-up over one stream and its predicted time against the measured one,
@@ -56,7 +58,9 @@ with eager; ``wrong`` counts the calls that differ (on any rank).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import random
 import statistics
 import sys
@@ -77,6 +81,8 @@ PROBE = {"elements": 1 << 18, "rows": 64, "width": 512}
 #: autostream's share of the hand-written overlap's gain, where that gain is CEILING or
 #: more; the predicted speed-up within PREDICTION of the measured one
 SHARE, CEILING, PREDICTION = 0.8, 1.2, 0.2
+#: the share's interval: this central mass of its bootstrap over the rounds
+INTERVAL, RESAMPLES = 0.9, 1000
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,28 @@ class Row:
     def _share(self, variant: str, over: str, ceiling: str = "ceiling") -> float | None:
         gain = self.speedup(ceiling, over) - 1.0
         return (self.speedup(variant, over) - 1.0) / gain if gain >= 0.05 else None
+
+    def share_interval(self) -> tuple[float, float] | None:
+        """The central ``INTERVAL`` of :attr:`share_of_compiled_ceiling` over bootstrap
+        resamples of the rounds (each resample: rounds drawn with replacement, medians
+        again; seeded, so the same rounds give the same interval); ``None`` without the
+        rounds.  It says whether the rounds resolve the target at all."""
+        if not self.rounds:
+            return None
+        picked = ("single", "autostream", "ceiling compiled")
+        n = len(self.rounds["single"])
+        rng = random.Random(0)
+        shares = []
+        for _ in range(RESAMPLES):
+            rows = [rng.randrange(n) for _ in range(n)]
+            ms = {v: statistics.median(self.rounds[v][i] for i in rows) for v in picked}
+            share = dataclasses.replace(self, ms={**self.ms, **ms}).share_of_compiled_ceiling
+            shares.append(share if share is not None else math.nan)
+        shares = sorted(x for x in shares if not math.isnan(x))
+        if len(shares) < RESAMPLES / 2:  # the ceiling's gain is under 5% in most resamples
+            return None
+        tail = (1 - INTERVAL) / 2
+        return shares[int(tail * len(shares))], shares[int((1 - tail) * len(shares)) - 1]
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -364,14 +392,22 @@ def headlines(rows: list[Row], backend: str) -> list[Headline]:
     out = []
     for r in rows:
         ceiling, share = r.speedup("ceiling compiled"), r.share_of_compiled_ceiling
+        interval = r.share_interval()
+        met = (share is not None and share >= SHARE) if ceiling >= CEILING else None
+        spread = ""
+        if interval is not None:
+            lo, hi = interval
+            spread = f" [{100 * INTERVAL:.0f}% interval {lo:.0%} to {hi:.0%}]"
+            if met is not None and lo < SHARE <= hi:
+                met, spread = None, spread[:-1] + ": the rounds do not resolve the target]"
         out.append(Headline(
             f"distributed {r.model} ({backend}): autostream's share of the hand-written "
-            "overlap's gain, both compiled", f"{_percent(share)} ({r.speedup('autostream'):.2f}x "
-            f"vs {ceiling:.2f}x; of the eager overlap's {r.speedup('ceiling'):.2f}x: "
-            f"{_percent(r.share_of_ceiling)}; graphs called without Dynamo's frame: "
-            f"{_percent(r.graph_share_of_ceiling)}, the frame {r.dynamo_us:.0f} us a call)",
-            f">= {100 * SHARE:.0f}% where that gains >= {CEILING:g}x",
-            (share is not None and share >= SHARE) if ceiling >= CEILING else None))
+            "overlap's gain, both compiled", f"{_percent(share)}{spread} "
+            f"({r.speedup('autostream'):.2f}x vs {ceiling:.2f}x; of the eager overlap's "
+            f"{r.speedup('ceiling'):.2f}x: {_percent(r.share_of_ceiling)}; graphs called "
+            f"without Dynamo's frame: {_percent(r.graph_share_of_ceiling)}, the frame "
+            f"{r.dynamo_us:.0f} us a call)",
+            f">= {100 * SHARE:.0f}% where that gains >= {CEILING:g}x", met))
     wrong = sum(r.wrong for r in rows)
     out.append(Headline(f"distributed ({len(rows)} models, every variant and rank): calls "
                         "that differ from eager", str(wrong), "0", wrong == 0))

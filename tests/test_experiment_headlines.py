@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import statistics
 from types import SimpleNamespace
+
+import pytest
 
 from experiments import (
     compare_solvers,
@@ -112,6 +115,28 @@ def test_distributed_rows_hold_autostream_to_the_compiled_ceiling_only_where_it_
     lines = distributed.headlines([row("fsdp", 3.0, 1.9, 1.8, predicted=1.6,
                                        eager_ceiling=1.0)], "gloo")
     assert _met(lines) == [True, True, True]
+
+
+def test_distributed_share_is_judged_only_where_the_rounds_resolve_it():
+    """With each round's times, the share's bootstrap interval decides: a target inside
+    the interval is unresolved (no verdict), an interval wholly below it a miss."""
+    def row(auto_rounds):
+        n = len(auto_rounds)
+        rounds = {v: (3.0,) * n for v in distributed.VARIANTS}
+        rounds["ceiling compiled"] = (2.0,) * n  # 1.5x
+        rounds["autostream"] = tuple(auto_rounds)
+        ms = {v: statistics.median(t) for v, t in rounds.items()}
+        return distributed.Row("probe", ms, 0, 1.5, 1.0, "lifted plan", {}, rounds)
+
+    noisy = row([1.7, 2.4] * 15)  # 1.76x or 1.25x a round: 153% or 50% of the gain
+    lo, hi = noisy.share_interval()
+    assert lo < distributed.SHARE < hi
+    line = distributed.headlines([noisy], "gloo")[0]
+    assert line.met is None and "do not resolve" in line.measured
+    steady = row([2.4] * 30)  # 1.25x every round: 50%
+    assert steady.share_interval() == pytest.approx((0.5, 0.5))
+    assert distributed.headlines([steady], "gloo")[0].met is False
+    assert distributed.headlines([row([1.9, 2.0] * 15)], "gloo")[0].met is True
 
 
 def test_memory_rows_judge_the_prediction_the_default_budget_and_budget_zero():
