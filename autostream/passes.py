@@ -187,7 +187,7 @@ class AutoStreamPass(CustomGraphPass):
     >>> AutoStreamPass(solver="magic")
     Traceback (most recent call last):
     ...
-    ValueError: unknown solver 'magic'; allowed: cpsat, critical_path, heft, nimble, opara, round_robin, single, tf_greedy
+    ValueError: unknown solver 'magic'; allowed: cpsat, critical_path, heft, nimble, opara, overlap, round_robin, single, tf_greedy
     """
 
     max_streams: int = 2
