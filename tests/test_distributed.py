@@ -281,3 +281,19 @@ def test_experiment_measures_every_variant_and_prints_its_table(outcomes):
     assert row.plan.startswith("lifted") and row.predicted_speedup > 1.0
     text = experiment.table(rows)
     assert text.startswith("| model |") and "| probe |" in text
+
+
+def _aborts(rank: int, world: int) -> None:
+    if rank == 1:
+        os.abort()  # what a failed C++ check does
+    import time
+
+    time.sleep(60)
+
+
+@pytest.mark.slow
+def test_run_ranks_quotes_where_a_rank_that_died_was():
+    with pytest.raises(RanksFailed, match="died") as failed:
+        run_ranks(_aborts, world_size=2, timeout_s=60.0)
+    assert "rank 1 at its death" in str(failed.value)
+    assert "_aborts" in str(failed.value), "its Python traceback names the function"

@@ -4,7 +4,9 @@ Each rank joins a fresh process group (a free TCP port per run) on the given
 backend, runs ``fn(rank, world_size, *args)`` and sends back its result.  A run
 that does not finish within ``timeout_s`` (a hang: collectives issued in different
 orders on NCCL/HCCL, or a deadlock) is killed and reported as :class:`RanksFailed`,
-as is a rank that raises (its traceback is in the message).
+as is a rank that raises (its traceback is in the message) or dies: a rank killed
+by a signal (an abort in C++ code) leaves the Python traceback of its threads, which
+the message quotes.
 
 ``fn`` must be importable by the child processes (a module-level function).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import queue
 import socket
+import tempfile
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,12 +34,16 @@ def free_port() -> int:
 
 
 def _rank_main(rank: int, world_size: int, port: int, backend: str, threads: int,
-               fn: Callable[..., Any], args: Sequence[Any], results, timeout_s: float) -> None:
+               fn: Callable[..., Any], args: Sequence[Any], results, timeout_s: float,
+               fault_path: str) -> None:
     import faulthandler
 
     import torch
     import torch.distributed as dist
 
+    # a rank killed by a signal leaves its threads' tracebacks for the parent to quote
+    fault_file = open(fault_path, "w")  # noqa: SIM115 - open until the process ends
+    faulthandler.enable(file=fault_file, all_threads=True)
     # a rank still running just before the parent kills it prints where it is stuck
     faulthandler.dump_traceback_later(max(timeout_s - 5.0, 1.0), exit=False)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -65,28 +72,30 @@ def run_ranks(fn: Callable[..., Any], world_size: int = 2, args: Sequence[Any] =
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_rank_main, daemon=True,
-                         args=(r, world_size, port, backend, threads, fn, tuple(args), results,
-                               timeout_s))
-             for r in range(world_size)]
-    for p in procs:
-        p.start()
     got: dict[int, Any] = {}
     errors: list[str] = []
-    try:
-        _collect(results, got, errors, world_size, timeout_s, procs)
-    finally:
+    with tempfile.TemporaryDirectory(prefix="autostream-ranks-") as faults:
+        paths = [os.path.join(faults, f"rank{r}.fault") for r in range(world_size)]
+        procs = [ctx.Process(target=_rank_main, daemon=True,
+                             args=(r, world_size, port, backend, threads, fn, tuple(args),
+                                   results, timeout_s, paths[r]))
+                 for r in range(world_size)]
         for p in procs:
-            if p.is_alive():
-                p.kill()
-            p.join(5.0)
+            p.start()
+        try:
+            _collect(results, got, errors, world_size, timeout_s, procs, paths)
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+                p.join(5.0)
     if errors:
         raise RanksFailed("\n".join(errors))
     return [got[r] for r in range(world_size)]
 
 
 def _collect(results, got: dict[int, Any], errors: list[str], world_size: int,
-             timeout_s: float, procs) -> None:
+             timeout_s: float, procs, fault_paths: Sequence[str]) -> None:
     import time
 
     deadline = time.monotonic() + timeout_s
@@ -105,9 +114,20 @@ def _collect(results, got: dict[int, Any], errors: list[str], world_size: int,
             if dead:
                 errors.append(f"ranks {dead} died (exit codes "
                               f"{[procs[i].exitcode for i in dead]})")
+                tails = {i: _tail(fault_paths[i]) for i in dead}
+                errors += [f"rank {i} at its death:\n{tail}" for i, tail in tails.items() if tail]
                 return
             continue
         if ok:
             got[rank] = value
         else:
             errors.append(f"rank {rank} raised:\n{value}")
+
+
+def _tail(path: str, lines: int = 40) -> str:
+    """The last ``lines`` of a rank's fault file ("" when it wrote none)."""
+    try:
+        with open(path) as f:
+            return "".join(f.readlines()[-lines:]).rstrip()
+    except OSError:
+        return ""
