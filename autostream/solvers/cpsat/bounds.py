@@ -11,10 +11,12 @@ the larger of the two.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from autostream.problem import SchedulingProblem
+from autostream.solvers.cpsat.canonical import canonical_form
 from autostream.solvers.cpsat.energy import PrecedenceEnergy
 from autostream.solvers.cpsat.pieces import Piece, core_problem, cut_into_pieces
 
@@ -70,15 +72,24 @@ def graham_by_pieces(problem: SchedulingProblem, capacity_factor: float = 1.0) -
 def graham_by_pieces_at(problem: SchedulingProblem, factors: Sequence[float]
                         ) -> tuple[float, ...]:
     """:func:`graham_by_pieces` at each capacity factor: the strict cuts and the pieces'
-    work do not depend on the capacity, so they are found once."""
+    work do not depend on the capacity, so they are found once, and once for all the
+    copies of a piece (a model's identical layers)."""
     pieces = cut_into_pieces(problem, strict=True)
-    terms = [_CoreTerms.of(core_problem(problem, p), p) for p in pieces]
+    distinct: dict[str, _CoreTerms] = {}
+    terms = []
+    for p in pieces:
+        core = core_problem(problem, p)
+        key = json.dumps([canonical_form(core), p.head is None, p.tail is None])
+        if key not in distinct:
+            distinct[key] = _CoreTerms.of(core, p)
+        terms.append(distinct[key])
     heads = [problem.duration(p.head) if p.head is not None else 0.0 for p in pieces]
     whole = _Terms.of(problem)
     out = []
     for factor in factors:
         capacity = problem.capacity * factor if factor != 1.0 else problem.capacity
-        total = sum(t.bound(capacity) - h for t, h in zip(terms, heads, strict=True))
+        bound = {id(t): t.bound(capacity) for t in distinct.values()}
+        total = sum(bound[id(t)] - h for t, h in zip(terms, heads, strict=True))
         out.append(max(total, whole.bound(capacity)))
     return tuple(out)
 

@@ -32,8 +32,9 @@ import numpy as np
 
 from autostream.problem import SchedulingProblem
 
-#: problems larger than this get no head-body-tail bound (its matrix is n x n)
-MAX_OPS = 3000
+#: problems larger than this get no head-body-tail bound (its matrix is n x n); with
+#: MIN_OPS or fewer it cannot beat Graham's (a chain of two is the critical path)
+MAX_OPS, MIN_OPS = 3000, 2
 #: problems larger than this get no bound between pairs of ops (n x n x n products)
 PAIRWISE_MAX_OPS = 400
 
@@ -61,10 +62,10 @@ class PrecedenceEnergy:
 
     @classmethod
     def of(cls, problem: SchedulingProblem) -> PrecedenceEnergy | None:
-        """``None`` for a problem over ``MAX_OPS`` ops or without ops."""
+        """``None`` for a problem over ``MAX_OPS`` ops or of ``MIN_OPS`` or fewer."""
         order = problem.topo_order
         n = len(order)
-        if n == 0 or n > MAX_OPS:
+        if n <= MIN_OPS or n > MAX_OPS:
             return None
         index = {v: i for i, v in enumerate(order)}
         preds = tuple(tuple(sorted(index[u] for u in problem.graph.predecessors(v))) for v in order)

@@ -130,7 +130,7 @@ def task_groups(problem: SchedulingProblem, collapse_chains: bool,
         leader[n] = leader[preds[0]] if len(preds) == 1 and zero and preds[0] not in lanes else n
     for n in problem.topo_order:
         if (merge_zero and leader[n] == n and problem.duration(n) == 0 and g.in_degree(n) == 0
-                and g.out_degree(n) == 1):
+                and g.out_degree(n) == 1 and n not in lanes):
             w = next(iter(g.successors(n)))
             if leader[w] != n and leader[w] not in lanes:  # else n leads ops of its own
                 leader[n] = leader[w]
