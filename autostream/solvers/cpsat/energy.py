@@ -75,7 +75,8 @@ class PrecedenceEnergy:
             for u in preds[i]:
                 ancestors[i] |= ancestors[u]
                 ancestors[i, u] = True
-        descendants = ancestors.T
+        # above[v, x]: x precedes v; below[u, x]: x follows u
+        above, below = ancestors.astype(float), ancestors.T.astype(float)
         duration = np.array([problem.duration(v) for v in order])
         contended = duration * np.array([problem.share(v) for v in order])
         pinned = problem.pinned
@@ -84,13 +85,13 @@ class PrecedenceEnergy:
                  for k in sorted(set(pinned.values()))]
 
         def queued(among: np.ndarray) -> np.ndarray:
-            out = among.astype(float) @ stream_work / problem.streams
+            out = among @ stream_work / problem.streams
             for work in links:
-                out = np.maximum(out, among.astype(float) @ work)
+                out = np.maximum(out, among @ work)
             return out
 
-        def between(work: np.ndarray) -> np.ndarray:
-            return (descendants * work[None, :]) @ ancestors.T.astype(float)
+        def between(work: np.ndarray) -> np.ndarray:  # [u, v]: after u and before v
+            return (below * work[None, :]) @ above.T
 
         pairwise = {}
         if n <= PAIRWISE_MAX_OPS:
@@ -99,9 +100,8 @@ class PrecedenceEnergy:
                 queued_between = np.maximum(queued_between, between(work))
             pairwise = {"contended_between": between(contended),
                         "queued_between": queued_between, "ancestors": ancestors}
-        return cls(duration, preds, succs,
-                   ancestors.astype(float) @ contended, descendants.astype(float) @ contended,
-                   queued(ancestors), queued(descendants), **pairwise)
+        return cls(duration, preds, succs, above @ contended, below @ contended,
+                   queued(above), queued(below), **pairwise)
 
     def bound(self, capacity: float) -> float:
         """``max over ops of head + duration + tail`` at ``capacity``.
