@@ -82,9 +82,10 @@ class _Builder:
         self.g.add_node(transfer, duration=round(d, 3), share=r, order=len(self.g),
                         target=kind, lane=link)
         self.g.add_edge(launch, transfer)
-        for before in (self.last_launch, self.last_transfer.get(link)):
-            if before is not None:  # one issue order on every rank; a link is serial
-                self.g.add_edge(before, launch if before == self.last_launch else transfer)
+        if self.last_launch is not None:  # one issue order on every rank
+            self.g.add_edge(self.last_launch, launch)
+        if link in self.last_transfer:  # a link is serial
+            self.g.add_edge(self.last_transfer[link], transfer)
         self.last_launch, self.last_transfer[link] = launch, transfer
         return self.op(f"{name}.wait", "wait", launch, transfer)
 

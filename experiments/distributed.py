@@ -38,9 +38,10 @@ Speed-ups are over ``single``; ``of ceiling`` is autostream's gain as a share of
 ceiling's (``(x_auto - 1) / (x_ceiling - 1)``, shown where the ceiling gains at
 least 5%).  The headline gives the share's 90% bootstrap interval over the rounds,
 and judges the target only where the interval does not contain it (the rounds of
-2 ranks on 2 cores often do not resolve it).  The variants run in a new random order every round (seeded by the round,
-the same on every rank): with an alternating order a variant inherits the state its
-neighbours leave (freed buffers, the other rank's lag).  ``predicted`` is the
+2 ranks on 2 cores often do not resolve it).  The variants run in a new random order
+every round (seeded by the round, the same on every rank): with an alternating order
+a variant inherits the state its neighbours leave (freed buffers, the other rank's
+lag).  ``predicted`` is the
 planner's speed-up over one stream and its predicted time against the measured one,
 planned with a cost table calibrated in the run
 (on gloo): the collectives' link fits (``calibrate_collectives``) and the model's ops timed

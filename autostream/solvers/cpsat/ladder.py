@@ -37,7 +37,7 @@ from autostream.solvers.cpsat.clock import DET_PER_SECOND, wall_share
 from autostream.solvers.cpsat.local_search import improve
 from autostream.solvers.cpsat.options import CpsatOptions
 from autostream.solvers.cpsat.task_plan import TaskPlan, plan_tasks
-from autostream.solvers.cpsat.tasks import TaskGraph, build_tasks, to_units
+from autostream.solvers.cpsat.tasks import TaskGraph, build_tasks, to_units, widest_at_once
 
 log = logging.getLogger("autostream")
 
@@ -120,13 +120,9 @@ def contention_modes(problem: SchedulingProblem, contention: str) -> tuple[Mode,
     ['cpsat', 'cpsat_x1.5', 'cpsat_relaxed']
     """
     lanes = problem.pinned
-    widest = sorted((problem.share(v) for v in problem.graph
-                     if problem.duration(v) > 0 and v not in lanes), reverse=True)[:problem.streams]
-    per_link: dict[int, float] = {}  # a link runs one transfer at a time, beside the streams
-    for v, k in lanes.items():
-        if problem.duration(v) > 0:
-            per_link[k] = max(per_link.get(k, 0.0), problem.share(v))
-    if sum(widest) + sum(per_link.values()) <= problem.capacity + 1e-9:
+    widest = widest_at_once(((problem.share(v), lanes.get(v, 0)) for v in problem.graph
+                             if problem.duration(v) > 0), problem.streams)
+    if widest <= problem.capacity + 1e-9:
         return (EXACT,)
     return {"auto": LADDER, "blocking": (BLOCKING,), "relaxed": (_RELAXED,)}[contention]
 

@@ -24,6 +24,7 @@ no longer be split over streams), so the model then bounds nothing.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import networkx as nx
@@ -235,13 +236,25 @@ def build_tasks(
 
 def _can_bind(share: tuple[int, ...], duration: tuple[int, ...], capacity: int,
               streams: int, lane: tuple[int, ...] = ()) -> bool:
-    """Can tasks running at once (at most one per stream and one per link) exceed the
-    capacity?"""
+    """Can tasks running at once exceed the capacity?"""
     lane = lane or (0,) * len(share)
-    widest = sorted((s for s, d, k in zip(share, duration, lane) if d > 0 and k == 0),
-                    reverse=True)[:streams]
-    per_link: dict[int, int] = {}
-    for s, d, k in zip(share, duration, lane):
-        if d > 0 and k < 0:
-            per_link[k] = max(per_link.get(k, 0), s)
-    return sum(widest) + sum(per_link.values()) > capacity
+    return widest_at_once(((s, k) for s, d, k in zip(share, duration, lane) if d > 0),
+                          streams) > capacity
+
+
+def widest_at_once(shares: Iterable[tuple[float, int]], streams: int) -> float:
+    """The most device share tasks can hold at once: one task per stream and one per
+    link.  ``shares``: ``(share, link)`` of each task that takes time, ``link`` the
+    negative stream number of its link, 0 for a stream task.
+
+    >>> widest_at_once([(0.5, 0), (0.4, 0), (0.3, 0), (0.2, -1), (0.1, -1)], streams=2)
+    1.1
+    """
+    on_streams: list[float] = []
+    per_link: dict[int, float] = {}
+    for share, link in shares:
+        if link < 0:
+            per_link[link] = max(per_link.get(link, 0), share)
+        else:
+            on_streams.append(share)
+    return sum(sorted(on_streams, reverse=True)[:streams]) + sum(per_link.values())
