@@ -13,7 +13,6 @@ from autostream.rewrite import rewrite_graph
 from autostream.runtime import (
     RUNTIMES,
     SanitizerConfig,
-    StreamRuntimeError,
     StreamWaitTimeout,
     ThreadsRunner,
     make_runner,
@@ -107,9 +106,17 @@ def test_zoo_sanitized_threads_find_no_race(rewritten_zoo):
                            zip(got, reference[name], strict=True)), name
 
 
-def _failing_graph(stream_of_failure: int):
+class NeedsTwoArgs(Exception):
+    """An exception whose constructor cannot be called with a message alone."""
+
+    def __init__(self, code: int, detail: str):
+        super().__init__(f"code {code}: {detail}")
+        self.code = code
+
+
+def _failing_graph(stream_of_failure: int, error: BaseException | None = None):
     def boom(x):
-        raise ValueError("boom")
+        raise error if error is not None else IndexError("boom")
 
     b = DialectBuilder()
     x = b.input("x")
@@ -127,15 +134,44 @@ def _failing_graph(stream_of_failure: int):
 
 @pytest.mark.parametrize("stream", [0, 1])
 @pytest.mark.parametrize("kind", CPU_RUNTIMES)
-def test_exception_in_a_stream_names_the_op(kind, stream):
+def test_an_ops_own_exception_reaches_the_caller_naming_op_and_stream(kind, stream):
     runner = make_runner(_failing_graph(stream), kind)
-    with pytest.raises(StreamRuntimeError, match=r"op 'boom' .* raised ValueError: boom") as info:
+    where = "main stream" if stream == 0 else "stream_1"
+    try:
         runner(torch.ones(3))
-    assert info.value.stream == stream
-    assert isinstance(info.value.__cause__, ValueError)
+    except IndexError as exc:  # the op's own type: the caller's handler still catches it
+        assert type(exc) is IndexError and str(exc) == "boom"
+        assert exc.__notes__ == [f"autostream: raised by op 'boom' (boom) on the {where}"]
+    else:
+        pytest.fail("the op's IndexError did not reach the caller")
     # the runner stays usable after a failure (workers alive, no stale state)
-    with pytest.raises(StreamRuntimeError):
+    with pytest.raises(IndexError, match="boom"):
         runner(torch.ones(3))
+
+
+@pytest.mark.parametrize("stream", [0, 1])
+def test_the_same_exception_object_is_raised_whatever_its_constructor(stream):
+    error = NeedsTwoArgs(7, "no such expert")
+    with make_runner(_failing_graph(stream, error), "threads") as runner:
+        with pytest.raises(NeedsTwoArgs) as info:
+            runner(torch.ones(3))
+        assert info.value is error and info.value.code == 7
+        # raised again by the next call: one note per op, not one per raise
+        with pytest.raises(NeedsTwoArgs):
+            runner(torch.ones(3))
+    assert len(error.__notes__) == 1
+
+
+def test_without_notes_the_op_and_stream_are_chained(monkeypatch):
+    """Python 3.10 does not print notes: the same exception, with its place as its cause."""
+    import autostream.runtime.execute as execute_module
+
+    monkeypatch.setattr(execute_module, "_NOTES_SHOWN", False)
+    with make_runner(_failing_graph(1), "threads") as runner:
+        with pytest.raises(IndexError, match="boom") as info:
+            runner(torch.ones(3))
+    assert isinstance(info.value.__cause__, execute_module.OpLocation)
+    assert "op 'boom' (boom) on the stream_1" in str(info.value.__cause__)
 
 
 def test_wait_timeout_names_token_and_op():

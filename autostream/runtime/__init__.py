@@ -1,6 +1,5 @@
 """Runtimes executing rewritten graphs: ``sequential``, ``threads`` (CPU), ``streams`` (accelerators)."""
 
-from autostream.runtime.execute import StreamRuntimeError
 from autostream.runtime.program import (
     ProgramError,
     Step,
@@ -22,7 +21,6 @@ __all__ = [
     "SequentialRunner",
     "Step",
     "StreamProgram",
-    "StreamRuntimeError",
     "StreamWaitTimeout",
     "StreamsRunner",
     "ThreadsRunner",

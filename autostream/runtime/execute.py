@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -13,21 +14,35 @@ from autostream.runtime.program import Step
 
 Env = dict[torch.fx.Node, Any]
 
+#: tracebacks print ``__notes__`` (Python 3.11+)
+_NOTES_SHOWN = sys.version_info >= (3, 11)
 
-class StreamRuntimeError(RuntimeError):
-    """An op failed while a runtime executed it; names the op and its stream.
 
-    The original exception is chained as ``__cause__``.
+def where_note(node: torch.fx.Node, stream: int) -> str:
+    """The note a runtime adds to the exception of an op that failed: the op and its stream.
+
+    >>> g = torch.fx.Graph(); x = g.placeholder("x")
+    >>> where_note(g.call_function(torch.neg, (x,)), 1)
+    "autostream: raised by op 'neg' (neg) on the stream_1"
     """
+    where = "main stream" if stream == 0 else stream_label(stream)
+    return f"autostream: raised by op {node.name!r} ({_target_name(node)}) on the {where}"
 
-    def __init__(self, node: torch.fx.Node, stream: int, cause: BaseException):
-        where = "main stream" if stream == 0 else stream_label(stream)
-        super().__init__(
-            f"op {node.name!r} ({_target_name(node)}) on the {where} raised "
-            f"{type(cause).__name__}: {cause}"
-        )
-        self.node_name = node.name
-        self.stream = stream
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)`` (Python 3.11+), once; on 3.10 ``__notes__`` is set by hand
+    (the traceback shows it from 3.11 on; :func:`run_op` also chains it there)."""
+    notes = getattr(exc, "__notes__", None)
+    if notes is not None and note in notes:
+        return
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    else:  # Python 3.10
+        exc.__notes__ = [*(notes or ()), note]
+
+
+class OpLocation(Exception):
+    """Where an op failed, chained to its exception where notes are not shown (Python 3.10)."""
 
 
 def _target_name(node: torch.fx.Node) -> str:
@@ -72,21 +87,27 @@ def run_node(gm: torch.nn.Module, node: torch.fx.Node, env: Env) -> Any:
 
 
 def run_op(gm: torch.nn.Module, step: Step, env: Env) -> Any:
-    """The value of op ``step``; a failure is a :class:`StreamRuntimeError` naming the op
-    and its stream.
+    """The value of op ``step``.  An op that fails raises its own exception, the same
+    object (``except IndexError`` still catches it, wherever the op ran), with a note
+    naming the op and its stream (:func:`where_note`).
 
     >>> import torch, torch.fx
     >>> g = torch.fx.Graph(); x = g.placeholder("x")
     >>> y = g.call_function(torch.div, (x, "two"))
-    >>> run_op(torch.nn.Module(), Step("op", y, 1), {x: torch.tensor(2.0)})
-    Traceback (most recent call last):
-    ...
-    autostream.runtime.execute.StreamRuntimeError: op 'div' (div) on the stream_1 raised TypeError: ...
+    >>> try:
+    ...     run_op(torch.nn.Module(), Step("op", y, 1), {x: torch.tensor(2.0)})
+    ... except TypeError as exc:
+    ...     print(exc.__notes__)
+    ["autostream: raised by op 'div' (div) on the stream_1"]
     """
     try:
         return run_node(gm, step.node, env)
     except Exception as exc:
-        raise StreamRuntimeError(step.node, step.stream, exc) from exc
+        note = where_note(step.node, step.stream)
+        add_note(exc, note)
+        if _NOTES_SHOWN or exc.__cause__ is not None or exc.__context__ is not None:
+            raise
+        raise exc from OpLocation(note)  # still ``exc``, with the note shown as its cause
 
 
 def fetch_attr(gm: torch.nn.Module, target: str) -> Any:
