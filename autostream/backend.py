@@ -20,7 +20,13 @@ from autostream.comm.reinplace import reinplace_all_reduces
 from autostream.lift import LiftedPlan, LiftError, lift_plan
 from autostream.passes import AutoStreamPass, PassReport, graph_device, strict
 from autostream.runtime.choice import SETTLE_S, MeasuredChoice
-from autostream.runtime.select import check_runtime_name, make_runner, select_runtime
+from autostream.runtime.sanitizer import SanitizerConfig
+from autostream.runtime.select import (
+    check_runtime_device,
+    check_runtime_name,
+    make_runner,
+    select_runtime,
+)
 
 #: Single-stream alternatives the backend can measure the plan against.
 FALLBACKS = ("eager", "inductor")
@@ -42,7 +48,7 @@ class _Lazy:
 
 
 def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
-            fallback: str = "eager", **options: Any) -> Callable:
+            fallback: str = "eager", deterministic: bool = False, **options: Any) -> Callable:
     """A ``torch.compile`` backend that plans streams and runs the rewritten graph.
 
     ``runtime`` is ``"auto"`` (CUDA/NPU streams for accelerator inputs, threads on
@@ -55,11 +61,18 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     compiles the graph with Inductor (``torch.compile``'s default compiler; seconds of
     compilation per graph) and measures it too: the backend then keeps the fastest
     of plan, eager graph and Inductor, and never loses to plain ``torch.compile``
-    by more than the measurement noise.  ``options`` are ``AutoStreamPass`` options
+    by more than the measurement noise.  ``deterministic=True``: the threads runtime
+    runs every op, on every stream, with the intra-op thread count eager would give
+    it (the caller's ``torch.get_num_threads()``), so reductions split their work as
+    eager does and outputs are bitwise equal to eager's; by default streams divide
+    the caller's threads, and a reduction may then differ from eager's in its last
+    bits (``docs/correctness.md``).  ``options`` are ``AutoStreamPass`` options
     (``max_streams``, ``solver``, ``cost_table``, ``time_limit``,
-    ``max_memory_increase``: the memory budget, ``autostream.budget``; ``history``); a
-    cost table that cannot be loaded, an unknown option or ``sanitize`` with a
-    runtime it cannot check fail here.  The pass object, with its reports, is
+    ``max_memory_increase``: the memory budget, ``autostream.budget``; ``history``).
+    Every option is checked here: a bad value, an unknown option, a cost table that
+    cannot be loaded or ``sanitize`` with a runtime it cannot check raise a
+    ``ValueError`` naming the option and the fix.  ``runtime="streams"`` with CPU
+    inputs fails when the graph compiles.  The pass object, with its reports, is
     ``backend(...).autostream_pass``.
 
     A functional all-reduce whose input no other op can see runs in place, as
@@ -79,8 +92,11 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     >>> compiled(torch.randn(2, 4)).shape
     torch.Size([2, 4])
     """
-    _check_options(runtime, sanitize, measure, fallback, options)
+    _check_options(runtime, sanitize, measure, fallback, deterministic, options)
     stream_pass = AutoStreamPass(**options)
+
+    def runner(gm: torch.fx.GraphModule, kind: str) -> Callable[..., Any]:
+        return make_runner(gm, kind, sanitize=sanitize, deterministic=deterministic)
     choices: deque[MeasuredChoice] = deque(maxlen=stream_pass.history)
     lifts: deque[LiftedPlan | LiftError] = deque(maxlen=stream_pass.history)
     reports: list[PassReport] = []  # the current compile's, one per AOT graph
@@ -92,7 +108,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         if not report.applied or report.plan.is_single_stream:
             return make_boxed_func(gm.forward)  # one stream (maybe reordered): runs as is
         kind = select_runtime(runtime, example_inputs)
-        return make_boxed_func(_Lazy(lambda: make_runner(gm, kind, sanitize=sanitize)))
+        return make_boxed_func(_Lazy(lambda: runner(gm, kind)))
 
     def lifted_runner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], plan
                       ) -> Callable | None:
@@ -117,12 +133,12 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         log.info("autostream: %s", lifted.describe())
         if lifted.streams_used <= 1:
             return lifted.gm.forward
-        kind = select_runtime(runtime, example_inputs)
-        return make_runner(lifted.gm, kind, sanitize=sanitize)
+        return runner(lifted.gm, select_runtime(runtime, example_inputs))
 
     aot_compile = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
 
     def compile_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+        check_runtime_device(runtime, graph_device(gm.graph, example_inputs))
         reports.clear()
         compiled = aot_compile(gm, example_inputs)
         if _needs_autograd(gm, example_inputs):
@@ -158,13 +174,18 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
 
 
 def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,
-                   options: dict[str, Any]) -> None:
+                   deterministic: bool, options: dict[str, Any]) -> None:
     """Reject what cannot work before anything compiles, naming the fix."""
     check_runtime_name(runtime)
     if fallback not in FALLBACKS:
         raise ValueError(f"unknown fallback {fallback!r}; choose one of {', '.join(FALLBACKS)}")
     if isinstance(measure, bool) or not isinstance(measure, int) or measure < 0:
         raise ValueError(f"measure must be >= 0 (an integer: calls per candidate), got {measure!r}")
+    for name, value in (("sanitize", sanitize), ("deterministic", deterministic)):
+        if not isinstance(value, bool) and not (name == "sanitize"
+                                                and isinstance(value, SanitizerConfig)):
+            raise ValueError(f"{name} must be True or False, got {type(value).__name__} "
+                             f"{value!r}")
     if sanitize and runtime in ("streams", "sequential"):
         raise ValueError(f"sanitize=True checks the threads runtime, not runtime={runtime!r}; "
                          f"use runtime='threads' (or 'auto' on CPU inputs), or sanitize=False")
@@ -189,6 +210,35 @@ def _needs_autograd(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> 
     return any(t.requires_grad for t in tensors)
 
 
-def autostream_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
-    """The ``"autostream"`` entry point: default options."""
-    return backend()(gm, example_inputs)
+def autostream_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
+                       options: dict[str, Any] | None = None, mode: str | None = None):
+    """The ``"autostream"`` entry point: ``torch.compile(model, backend="autostream",
+    options={...})`` compiles with ``backend(**options)``, as Inductor takes its options.
+
+    ``torch.compile`` calls a backend named by a string only when it compiles (at the
+    first call), so bad options fail there (wrapped in Dynamo's ``BackendCompilerFailed``);
+    ``backend=autostream.backend(...)`` checks them where they are written.  autostream
+    has no modes: a ``mode`` other than ``"default"`` fails, naming the fix.
+
+    >>> autostream_backend(None, [], mode="max-autotune")
+    Traceback (most recent call last):
+    ...
+    ValueError: torch.compile(..., backend="autostream", mode='max-autotune'): autostream has no modes (they are Inductor's); leave mode out and pass options={...}, or backend=autostream.backend(...), which checks the options where they are written
+    """
+    return backend(**_compile_options(options, mode))(gm, example_inputs)
+
+
+def _compile_options(options: Any, mode: Any) -> dict[str, Any]:
+    """``backend``'s keyword arguments from ``torch.compile``'s ``options`` and ``mode``."""
+    where = 'torch.compile(..., backend="autostream", '
+    if mode not in (None, "default"):
+        raise ValueError(f"{where}mode={mode!r}): autostream has no modes (they are "
+                         f"Inductor's); leave mode out and pass options={{...}}, or "
+                         f"backend=autostream.backend(...), which checks the options where "
+                         f"they are written")
+    if options is None:
+        return {}
+    if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
+        raise ValueError(f"{where}options=...) must be a dict of autostream.backend's "
+                         f"keyword arguments, got {type(options).__name__} {options!r}")
+    return options

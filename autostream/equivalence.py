@@ -5,7 +5,9 @@ and calls it beside another deep copy run eagerly, in lockstep, under one of
 :data:`MODES`.  Every call's outputs must match eager in dtype, tensor kind (inference
 tensors), shape and value (float32: ``rtol=atol=1e-4``; bfloat16/float16: ``2e-2``), and
 so must the models' buffers and caches after each call (running statistics, a
-``StaticCache``) and, in training steps, every parameter's gradient.
+``StaticCache``) and, in training steps, every parameter's gradient.  ``Check.bitwise``
+says whether every one of those tensors was also equal to eager's bit for bit (or
+differed only within the tolerance: rounding, ``docs/correctness.md``).
 
 Modes: ``no_grad``; ``inference_mode``; ``autocast_bf16`` (CPU autocast to bfloat16,
 under ``no_grad``); ``training`` (grad enabled and a backward pass of the outputs' sum;
@@ -13,9 +15,9 @@ the model's own train/eval mode is left as it is).
 
 >>> from autostream.zoo import two_branch_gemv
 >>> check = check_against_eager(lambda: two_branch_gemv(depth=2), "inference_mode",
-...                             max_streams=2, cost_table="h200", measure=0)
->>> check.mismatch, check.applied, check.lifted
-('', True, True)
+...                             max_streams=2, cost_table="h200", measure=0, deterministic=True)
+>>> check.mismatch, check.applied, check.lifted, check.bitwise
+('', True, True, True)
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Check:
     mismatch: str = ""  # what differed from eager ("" when nothing did)
     not_lifted: tuple[str, ...] = ()  # why applied plans stayed on the ATen graph
     skipped: str = ""  # why nothing was compared: eager itself raised
+    #: every tensor compared was equal to eager's bit for bit (else: within the tolerance)
+    bitwise: bool = False
 
 
 @contextlib.contextmanager
@@ -85,6 +89,24 @@ def difference(got: torch.Tensor, expected: torch.Tensor, what: str) -> str:
             f"(max abs {(g - e).abs().max().item():.3g})")
 
 
+def bitwise_equal(got: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Same dtype, shape and bits (NaNs at the same places count as equal).
+
+    >>> bitwise_equal(torch.tensor([1.0, float("nan")]), torch.tensor([1.0, float("nan")]))
+    True
+    >>> bitwise_equal(torch.tensor(1.0), torch.tensor(1.0).nextafter(torch.tensor(2.0)))
+    False
+    """
+    if got.dtype != expected.dtype or got.shape != expected.shape:
+        return False
+    if torch.equal(got, expected):
+        return True
+    if not got.is_floating_point():
+        return False
+    nan = got.isnan()
+    return torch.equal(nan, expected.isnan()) and torch.equal(got[~nan], expected[~nan])
+
+
 def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
@@ -124,14 +146,22 @@ def _step(model: torch.nn.Module, inputs: tuple, training: bool) -> list[torch.T
 
 
 def _compare_call(compiled: torch.nn.Module, eager: torch.nn.Module,
-                  got: list[torch.Tensor], expected: list[torch.Tensor], call: int) -> str:
+                  got: list[torch.Tensor], expected: list[torch.Tensor], call: int
+                  ) -> tuple[str, bool]:
+    """The first difference beyond the tolerance (or ``""``), and whether every tensor
+    was equal bit for bit."""
     def grads(m: torch.nn.Module) -> list[torch.Tensor]:
         return [p.grad for p in m.parameters() if p.grad is not None]
 
-    return (_first_difference(got, expected, f"call {call} output")
-            or _first_difference(list(model_state(compiled).values()),
-                                 list(model_state(eager).values()), f"call {call} state")
-            or _first_difference(grads(compiled), grads(eager), f"call {call} grad"))
+    pairs = [(got, expected, "output"),
+             (list(model_state(compiled).values()), list(model_state(eager).values()), "state"),
+             (grads(compiled), grads(eager), "grad")]
+    for g, e, what in pairs:
+        why = _first_difference(g, e, f"call {call} {what}")
+        if why:
+            return why, False
+    exact = all(bitwise_equal(a, b) for g, e, _ in pairs for a, b in zip(g, e, strict=True))
+    return "", exact
 
 
 def _first_line(exc: BaseException) -> str:
@@ -147,7 +177,7 @@ def check_against_eager(factory: Callable[[], tuple[torch.nn.Module, tuple]], mo
     torch._dynamo.reset()
     be = backend(**options)
     compiled = torch.compile(compiled_model, backend=be)
-    training, mismatch = mode == "training", ""
+    training, mismatch, bitwise = mode == "training", "", True
     try:
         for call in range(calls):
             with mode_context(mode):
@@ -160,7 +190,8 @@ def check_against_eager(factory: Callable[[], tuple[torch.nn.Module, tuple]], mo
                 except Exception as exc:  # noqa: BLE001 - a failure is a mismatch
                     mismatch = f"call {call} raised {_first_line(exc)}"
                     break
-            mismatch = _compare_call(compiled_model, eager, got, expected, call)
+            mismatch, exact = _compare_call(compiled_model, eager, got, expected, call)
+            bitwise = bitwise and exact
             if mismatch:
                 break
     finally:
@@ -168,4 +199,5 @@ def check_against_eager(factory: Callable[[], tuple[torch.nn.Module, tuple]], mo
     lifts = list(be.lifts)
     return Check(applied=any(r.applied for r in be.autostream_pass.reports),
                  lifted=any(isinstance(x, LiftedPlan) for x in lifts), mismatch=mismatch,
-                 not_lifted=tuple(str(x) for x in lifts if not isinstance(x, LiftedPlan)))
+                 not_lifted=tuple(str(x) for x in lifts if not isinstance(x, LiftedPlan)),
+                 bitwise=bitwise and not mismatch)

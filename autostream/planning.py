@@ -45,6 +45,10 @@ class PlanOptions:
     Traceback (most recent call last):
     ...
     ValueError: max_streams must be an integer >= 1, got 0
+    >>> PlanOptions(time_limit="abc")
+    Traceback (most recent call last):
+    ...
+    ValueError: time_limit must be a number of seconds > 0 (or None: the solver's own, by the graph's size), got str 'abc'
     """
 
     max_streams: int = 2
@@ -59,8 +63,16 @@ class PlanOptions:
         if isinstance(self.max_streams, bool) or not isinstance(self.max_streams, int) or self.max_streams < 1:
             raise ValueError(f"max_streams must be an integer >= 1, got {self.max_streams!r}")
         check_solver_name(self.solver)
-        if self.time_limit is not None and not self.time_limit > 0:
-            raise ValueError(f"time_limit must be > 0 seconds, got {self.time_limit!r}")
+        limit = self.time_limit
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
+                                  or not limit > 0):
+            raise ValueError(f"time_limit must be a number of seconds > 0 (or None: the "
+                             f"solver's own, by the graph's size), got "
+                             f"{type(limit).__name__} {limit!r}")
+        if self.cost_table is not None and not isinstance(self.cost_table, (str, os.PathLike)):
+            raise ValueError(f"cost_table must be a shipped table's name or the path of a "
+                             f"table file (or None: the default table of the graph's device), "
+                             f"got {type(self.cost_table).__name__} {self.cost_table!r}")
         MemoryBudget.parse(self.max_memory_increase)
 
     @property

@@ -28,6 +28,22 @@ def check_runtime_name(kind: str) -> str:
     return kind
 
 
+def check_runtime_device(kind: str, device_type: str) -> str:
+    """``kind`` if it can run a graph whose inputs are on ``device_type``, else a
+    ``ValueError`` naming the fix (the streams runtime needs accelerator tensors).
+
+    >>> check_runtime_device("streams", "cpu")
+    Traceback (most recent call last):
+    ...
+    ValueError: runtime='streams' runs device streams, but the graph's inputs are on cpu; use runtime='threads' on CPU, or 'auto' (streams on accelerators, threads on CPU)
+    """
+    if kind == "streams" and device_type in ("cpu", "meta"):
+        raise ValueError(f"runtime='streams' runs device streams, but the graph's inputs are "
+                         f"on {device_type}; use runtime='threads' on CPU, or 'auto' (streams "
+                         f"on accelerators, threads on CPU)")
+    return kind
+
+
 def select_runtime(kind: str, example_inputs: Sequence[Any]) -> str:
     """The concrete runtime for ``kind``: ``"auto"`` -> streams on accelerators, threads on CPU.
 
@@ -66,12 +82,14 @@ class AutoRunner:
 
 def make_runner(gm: torch.fx.GraphModule, runtime: str = "auto",
                 sanitize: bool | SanitizerConfig = False, seed: int = 0,
-                **options: Any) -> Callable[..., Any]:
+                deterministic: bool = False, **options: Any) -> Callable[..., Any]:
     """A callable running the rewritten ``gm`` like ``gm(*inputs)`` on the chosen runtime.
 
     The graph is validated here (:class:`~autostream.runtime.program.ProgramError`)
     before anything runs.  ``sanitize`` (or ``AUTOSTREAM_SANITIZE=1``) turns on the
-    race sanitizer of the threads runtime; ``options`` go to the runner
+    race sanitizer of the threads runtime; ``deterministic`` gives every op of the
+    threads runtime eager's intra-op thread count (the other runtimes run every op on
+    the calling thread already); ``options`` go to the runner
     (``wait_timeout_s``, ``intra_op_threads`` for threads; ``api`` for streams).
 
     >>> import torch, torch.fx
@@ -94,7 +112,8 @@ def make_runner(gm: torch.fx.GraphModule, runtime: str = "auto",
         if kind == "threads":
             # AUTOSTREAM_SANITIZE=1 applies here only: other runtimes ignore it.
             config = sanitize_from_env(sanitize, seed)
-            return ThreadsRunner(gm, program, sanitize=config or False, seed=seed, **options)
+            return ThreadsRunner(gm, program, sanitize=config or False, seed=seed,
+                                 deterministic=deterministic, **options)
         if asked:
             raise ValueError("the race sanitizer needs CPU inputs (threads runtime); got "
                              "accelerator inputs")

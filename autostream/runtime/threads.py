@@ -21,6 +21,12 @@ of streams in the plan; side-stream workers never use more than one thread.  The
 caller's own count is restored after each call.  Pass ``intra_op_threads=n`` for a
 fixed ``n`` per stream instead.
 
+``deterministic=True`` gives every stream, side streams included, the caller's whole
+count: each op then runs with the thread count eager gives it, so a reduction splits
+its work into the same chunks and sums them in the same order as eager (bitwise equal),
+at the price of more threads than cores while streams overlap.  Otherwise a reduction
+run with fewer threads than eager may differ from eager's in its last bits.
+
 Why fixed and not re-divided as streams block and finish: a thread that ran a
 parallel region keeps its OpenMP team spinning for a while after it; changing
 counts mid-call (or a worker with a team of its own) leaves those idle teams
@@ -118,12 +124,12 @@ def _where(stream: int) -> str:
 SIDE_STREAM_THREADS = 1
 
 
-def _set_intra_op_threads(stream: int, per_stream: int, budget: int) -> None:
+def _set_intra_op_threads(stream: int, main: int, side: int, budget: int) -> None:
     """Give this stream's thread its count for the call (the caller's thread has ``budget``)."""
     if stream != 0:
-        torch.set_num_threads(min(per_stream, SIDE_STREAM_THREADS))
-    elif per_stream != budget:
-        torch.set_num_threads(per_stream)
+        torch.set_num_threads(side)
+    elif main != budget:
+        torch.set_num_threads(main)
 
 
 def _until_first_op(items: list[Step | Segment]
@@ -152,7 +158,12 @@ class _Call:
         if self.meter is not None:
             self.meter.pin(env.values())
         self.budget = budget
-        self.per_stream = runner.intra_op_threads or max(1, budget // max(1, len(program.streams)))
+        if runner.deterministic:  # eager's count for every op
+            self.main_threads = self.side_threads = budget
+        else:
+            self.main_threads = runner.intra_op_threads or max(
+                1, budget // max(1, len(program.streams)))
+            self.side_threads = min(self.main_threads, SIDE_STREAM_THREADS)
         # Grad, inference and autocast modes are thread-local: workers run in the
         # caller's, or a side stream would compute other dtypes or tensor kinds.
         self.state = state
@@ -182,7 +193,7 @@ class _Call:
             if lead:
                 interpret(lead, self)
             if rest:
-                _set_intra_op_threads(stream, self.per_stream, self.budget)
+                _set_intra_op_threads(stream, self.main_threads, self.side_threads, self.budget)
                 interpret(rest, self)
         except BaseException:
             self.fail()
@@ -269,11 +280,15 @@ class ThreadsRunner:
                  sanitize: bool | SanitizerConfig = False, seed: int = 0,
                  wait_timeout_s: float = 120.0, intra_op_threads: int | None = None,
                  record_spans: bool = False, trace_segments: bool = True,
-                 record_memory: bool = False):
+                 record_memory: bool = False, deterministic: bool = False):
         if wait_timeout_s <= 0:
             raise ValueError("wait_timeout_s must be > 0")
         if intra_op_threads is not None and intra_op_threads < 1:
             raise ValueError("intra_op_threads must be >= 1 (or None to divide the cores)")
+        if deterministic and intra_op_threads is not None:
+            raise ValueError("deterministic=True gives every op eager's intra-op thread "
+                             "count: leave intra_op_threads out (None)")
+        self.deterministic = deterministic
         self.gm = gm
         self.program = program if program is not None else parse_program(gm)
         self.sanitizer = sanitize_from_env(sanitize, seed)
