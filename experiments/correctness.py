@@ -5,16 +5,19 @@ compiled with ``autostream.backend(max_streams=2, cost_table="h200", measure=0)`
 H200 table forces multi-stream plans on these small models; ``measure=0`` always runs
 the plan), called three times beside another deep copy run eagerly; outputs (values,
 dtypes, inference tensors), buffers and caches after each call, and gradients in
-training steps must match.  Modes: ``no_grad``, ``inference_mode``, ``autocast_bf16``
+training steps must match within rounding (``autostream.equivalence``), and each case says
+whether they were also equal bit for bit.  Modes: ``no_grad``, ``inference_mode``, ``autocast_bf16``
 (under ``no_grad``) and ``training`` (a backward pass; models stay in eval mode, so no
 dropout draws random numbers).  Models: the zoo (``autostream.zoo.ZOO``), the zoo's
 ``running_stats`` model (a functional batch norm updating buffers other branches read)
 and the transformers zoo (``autostream.hf_zoo``, every cache mode) when ``transformers``
 is installed.
 
-Prints markdown tables: mismatches (the target is 0), applied and lifted plans per
-model and per mode, then every mismatch, every reason a plan was not lifted and the
-cases eager itself cannot run.  Exits 1 when a case mismatches.
+Prints markdown tables: mismatches (the target is 0), cases equal bit for bit and within
+rounding only, applied and lifted plans per model and per mode, then every mismatch, the
+cases within rounding only, every reason a plan was not lifted and the cases eager itself
+cannot run.  Exits 1 when a case mismatches.  ``--deterministic`` compiles with
+``deterministic=True`` (every op with eager's intra-op thread count).
 
     python -m experiments.correctness            # the full sweep (about 40 minutes on 2 cores)
     python -m experiments.correctness --quick    # a few models, cpsat and heft
@@ -30,6 +33,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from autostream import hf_zoo, zoo
 from autostream.equivalence import MODES, Check, check_against_eager
@@ -73,28 +78,35 @@ def models(names: list[str] | None = None) -> dict[str, Callable[[], tuple[Any, 
 
 def _row(name: str, results: list[Result]) -> str:
     ran = [r.check for r in results if not r.check.skipped]
-    return (f"| {name} | {len(ran)} | {sum(bool(c.mismatch) for c in ran)} | "
+    bad = sum(bool(c.mismatch) for c in ran)
+    bitwise = sum(c.bitwise for c in ran)
+    return (f"| {name} | {len(ran)} | {bad} | {bitwise} | {len(ran) - bad - bitwise} | "
             f"{sum(c.applied for c in ran)} | {sum(c.lifted for c in ran)} | "
             f"{len(results) - len(ran)} |")
 
 
 def table(title: str, groups: dict[str, list[Result]]) -> str:
-    lines = [f"**{title}**", "", "| | cases | mismatches | applied | lifted | skipped |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [f"**{title}**", "",
+             "| | cases | mismatches | bitwise | within rounding | applied | lifted | skipped |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [_row(name, rs) for name, rs in groups.items()]
     return "\n".join(lines)
 
 
-def report(results: list[Result], seconds: float) -> str:
+def report(results: list[Result], seconds: float, deterministic: bool = False) -> str:
     by_model: dict[str, list[Result]] = {}
     by_mode: dict[str, list[Result]] = {}
     for r in results:
         by_model.setdefault(r.case.model, []).append(r)
         by_mode.setdefault(r.case.mode, []).append(r)
+    threads = torch.get_num_threads()
     parts = [
-        f"{len(results)} cases in {seconds:.0f} s; `applied`: the plan ran on several streams, "
-        "`lifted`: on the graph Dynamo captured (inference only); `skipped`: eager itself "
-        "raised.", "",
+        f"{len(results)} cases in {seconds:.0f} s, {threads} intra-op thread"
+        f"{'s' * (threads != 1)}, deterministic={deterministic}; `bitwise`: every output, "
+        "buffer, cache and grad equal to eager's bit for bit, `within rounding`: equal within "
+        "the tolerance only (float32 1e-4, bfloat16 2e-2); `applied`: the plan ran on several "
+        "streams, `lifted`: on the graph Dynamo captured (inference only); `skipped`: eager "
+        "itself raised.", "",
         table("By model", {**by_model, "**all**": results}), "",
         table("By mode", by_mode), "",
     ]
@@ -102,6 +114,11 @@ def report(results: list[Result], seconds: float) -> str:
     parts += ["**Mismatches**", ""]
     parts += [f"- {r.case.model} / {r.case.solver} / {r.case.runtime} / {r.case.mode}: "
               f"{r.check.mismatch}" for r in bad] or ["none"]
+    rounded = Counter((r.case.model, r.case.runtime) for r in results
+                      if not (r.check.skipped or r.check.mismatch or r.check.bitwise))
+    parts += ["", "**Within rounding only (not bitwise), by model and runtime**", ""]
+    parts += [f"- {model} / {runtime}: {n} cases" for (model, runtime), n in rounded.items()] \
+        or ["none"]
     reasons = Counter(_reason_kind(why) for r in results for why in r.check.not_lifted)
     parts += ["", "**Applied plans not lifted, by reason**", ""]
     parts += [f"- {n} x {why}" for why, n in reasons.most_common()] or ["none"]
@@ -120,6 +137,10 @@ def headlines(results: list[Result]) -> list[Headline]:
     bad = sum(bool(c.mismatch) for c in ran)
     return [Headline(f"correctness sweep ({len(ran)} cases, {models} models): outputs that "
                      "differ from eager", str(bad), "0", bad == 0),
+            Headline("correctness sweep: cases equal to eager bit for bit / within rounding "
+                     "only", f"{sum(c.bitwise for c in ran)} / "
+                     f"{sum(not c.bitwise and not c.mismatch for c in ran)} of {len(ran)}",
+                     "informational", None),
             Headline("correctness sweep: cases whose plan ran on several streams / lifted to "
                      "Dynamo's graph", f"{sum(c.applied for c in ran)} / "
                      f"{sum(c.lifted for c in ran)} of {len(ran)}", "informational", None)]
@@ -140,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runtimes", nargs="*", default=list(RUNTIMES), choices=RUNTIMES)
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=MODES)
     ap.add_argument("--time-limit", type=float, default=2.0, help="cpsat seconds per graph")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="compile with deterministic=True (eager's intra-op threads per op)")
     args = ap.parse_args(argv)
     names = args.models or (list(QUICK_MODELS) if args.quick else None)
     available = models()
@@ -155,12 +178,14 @@ def main(argv: list[str] | None = None) -> int:
                 for runtime in args.runtimes:
                     check = check_against_eager(factory, mode, max_streams=2,
                                                 cost_table="h200", measure=0, runtime=runtime,
-                                                solver=solver, time_limit=args.time_limit)
+                                                solver=solver, time_limit=args.time_limit,
+                                                deterministic=args.deterministic)
                     results.append(Result(Case(name, solver, runtime, mode), check))
                     print(f"{name} {mode} {solver} {runtime}: "
-                          f"{check.skipped or check.mismatch or 'ok'} (applied "
+                          f"{check.skipped or check.mismatch or 'ok'} (bitwise "
+                          f"{check.bitwise}, applied "
                           f"{check.applied}, lifted {check.lifted})", file=sys.stderr, flush=True)
-    print(report(results, time.perf_counter() - t0))
+    print(report(results, time.perf_counter() - t0, args.deterministic))
     record(__file__, headlines(results))
     return 1 if any(r.check.mismatch for r in results) else 0
 

@@ -9,7 +9,8 @@ from experiments import correctness, headline
 def test_the_report_counts_cases_and_names_each_mismatch():
     case = correctness.Case
     results = [
-        correctness.Result(case("m", "heft", "threads", "no_grad"), Check(True, True)),
+        correctness.Result(case("m", "heft", "threads", "no_grad"),
+                           Check(True, True, bitwise=True)),
         correctness.Result(case("m", "heft", "threads", "inference_mode"),
                            Check(True, True, mismatch="call 0 output 1: dtype x != y")),
         correctness.Result(case("m", "heft", "threads", "training"),
@@ -18,7 +19,9 @@ def test_the_report_counts_cases_and_names_each_mismatch():
                            Check(False, False, skipped="eager raised RuntimeError: no")),
     ]
     text = correctness.report(results, 1.0)
-    assert "| m | 3 | 1 | 3 | 2 | 1 |" in text
+    # 3 ran: 1 mismatch, 1 bitwise, 1 within rounding only (the training case)
+    assert "| m | 3 | 1 | 1 | 1 | 3 | 2 | 1 |" in text
+    assert "- m / threads: 1 cases" in text.split("**Within rounding only")[1]
     assert "- m / heft / threads / inference_mode: call 0 output 1: dtype x != y" in text
     assert "- 1 x Dynamo node '...' (f) changes it" in text
     assert "- m / autocast_bf16: eager raised RuntimeError: no (1 cases)" in text
@@ -26,11 +29,14 @@ def test_the_report_counts_cases_and_names_each_mismatch():
 
 def test_one_real_case_runs_matches_and_records_its_headline_rows(capsys, tmp_path):
     code = correctness.main(["--models", "running_stats", "--solvers", "heft", "--modes",
-                             "no_grad", "--runtimes", "threads"])
+                             "no_grad", "--runtimes", "threads", "--deterministic"])
     out = capsys.readouterr().out
     assert code == 0
-    assert "| running_stats | 1 | 0 | 1 | 1 | 0 |" in out
+    # deterministic=True: equal to eager bit for bit
+    assert "| running_stats | 1 | 0 | 1 | 0 | 1 | 1 | 0 |" in out
+    assert "deterministic=True" in out
     # the suite points AUTOSTREAM_HEADLINES at the test's directory (conftest.py)
-    mismatches, applied = headline.load(tmp_path / "headlines" / "correctness.json")
+    mismatches, exact, applied = headline.load(tmp_path / "headlines" / "correctness.json")
     assert (mismatches.measured, mismatches.met) == ("0", True)
+    assert exact.measured == "1 / 0 of 1"
     assert (applied.measured, applied.met) == ("1 / 1 of 1", None)
