@@ -89,6 +89,11 @@ EXPERIMENTS = (
                "What two CPU streams can gain at most per model (two copies of its graph), and "
                "plans run with ops called from Python against traced segments.",
                ("--runs", "5", "--warmup", "1")),
+    Experiment("deterministic.py", "Bitwise equal to eager: what deterministic=True costs",
+               "The threads runtime with and without deterministic=True (every op with "
+               "eager's intra-op thread count) on the speed-up experiment's models: time and "
+               "whether outputs equal eager's bit for bit.",
+               ("--runs", "5", "--warmup", "1")),
     Experiment("memory.py", "Peak memory: predicted, measured, budgeted",
                "Predicted against measured peak memory of multi-stream plans (CPU threads "
                "runtime), and what the memory budget keeps of the fan-out model's speed-up."),

@@ -1,6 +1,8 @@
 """The pass never breaks a graph: unchanged, with a reason, whenever it cannot help."""
 
+import importlib
 import logging
+import re
 
 import pytest
 import torch
@@ -232,3 +234,72 @@ def test_ops_slower_on_a_split_device_can_make_one_stream_the_better_plan():
     slow = plan_graph(c.gm, PlanOptions(max_streams=2, solver="heft"), HalfSpeedWhenSplit())
     assert slow.schedule.streams_used == 1
     assert slow.problem.graph.nodes[next(iter(slow.op_graph))]["duration"] in (0.0, 10.0)
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("cost_table", 123, r"cost_table must be a shipped table's name or the path of a table "
+                        r"file .*got int 123"),
+    ("time_limit", "abc", r"time_limit must be a number of seconds > 0 .*got str 'abc'"),
+    ("time_limit", True, r"time_limit must be a number of seconds > 0 .*got bool True"),
+    ("sanitize", "yes", r"sanitize must be True or False, got str 'yes'"),
+    ("deterministic", 1, r"deterministic must be True or False, got int 1"),
+])
+def test_a_bad_option_fails_where_it_is_written_naming_it(option, value, message):
+    with pytest.raises(ValueError, match=message):
+        autostream.backend(**{option: value})
+    if option in ("cost_table", "time_limit"):  # pass options fail in the pass too
+        with pytest.raises(ValueError, match=message):
+            autostream.AutoStreamPass(**{option: value})
+
+
+def _compile_error(model, x, **compile_kwargs) -> BaseException:
+    """The error of the first call (when ``torch.compile`` calls the backend)."""
+    torch._dynamo.reset()
+    compiled = torch.compile(model, **compile_kwargs)
+    try:
+        with pytest.raises(torch._dynamo.exc.BackendCompilerFailed) as info:
+            compiled(x)
+    finally:
+        torch._dynamo.reset()
+    return info.value.inner_exception
+
+
+def test_torch_compile_options_reach_the_backend(monkeypatch):
+    backend_module = importlib.import_module("autostream.backend")  # the module, not the function
+    built = []
+    real = backend_module.backend
+
+    def spy(**options):
+        built.append(options)
+        return real(**options)
+
+    monkeypatch.setattr(backend_module, "backend", spy)
+    model, (x,) = multihead_block(tokens=4, hidden=32, out=8, heads=2, depth=1)
+    options = {"max_streams": 2, "cost_table": "h200", "measure": 0, "runtime": "sequential"}
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="autostream", options=dict(options))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+    assert built and all(b == options for b in built)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"options": {"max_streams": 2, "speed": "max"}}, r"unknown option speed; backend\(\) takes"),
+    ({"options": {"solver": "magic"}}, r"unknown solver 'magic'"),
+    ({"mode": "max-autotune"}, r"mode='max-autotune'\): autostream has no modes .* "
+                               r"backend=autostream\.backend\(\.\.\.\)"),
+])
+def test_torch_compile_options_and_mode_fail_naming_the_fix(kwargs, message):
+    error = _compile_error(Chain(), torch.randn(4, 32), backend="autostream", **kwargs)
+    assert isinstance(error, ValueError) and re.search(message, str(error)), error
+
+
+def test_streams_runtime_with_cpu_inputs_fails_when_the_graph_compiles():
+    # Chain has no parallelism: the plan is one stream, which used to run without the
+    # streams runtime, so the mistake only showed on a model with parallelism
+    error = _compile_error(Chain(), torch.randn(4, 32),
+                           backend=autostream.backend(runtime="streams"))
+    assert isinstance(error, ValueError)
+    assert "runtime='streams' runs device streams, but the graph's inputs are on cpu; use " \
+        "runtime='threads'" in str(error)

@@ -258,6 +258,48 @@ def test_intra_op_threads_divided_and_restored():
         torch.set_num_threads(old)
 
 
+def test_deterministic_gives_every_stream_the_callers_threads():
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        assert _concurrent_thread_counts(deterministic=True) == {"side": 4, "main": 4}
+        assert torch.get_num_threads() == 4
+    finally:
+        torch.set_num_threads(old)
+    with pytest.raises(ValueError, match="leave intra_op_threads out"):
+        ThreadsRunner(fork_join(streams=2)[0], deterministic=True, intra_op_threads=1)
+
+
+def _two_sums():
+    """A full reduction on each stream: ATen splits it into one chunk per intra-op thread."""
+    b = DialectBuilder()
+    x = b.input("x")
+    with b.stream(1):
+        side = b.call(torch.ops.aten.sum.default, x)
+        token = b.record()
+    main = b.call(torch.ops.aten.sum.default, b.call(torch.ops.aten.mul.Tensor, x, x))
+    b.wait(token)
+    return b.finish(side, main)
+
+
+def test_deterministic_reductions_equal_eager_bit_for_bit():
+    x = torch.randn(1 << 20, generator=torch.Generator().manual_seed(0))
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one_thread = x.sum()
+        torch.set_num_threads(2)
+        eager = (x.sum(), (x * x).sum())
+        # the premise: on one thread this sum's last bits differ from two threads'
+        assert not torch.equal(one_thread, eager[0])
+        with ThreadsRunner(_two_sums(), deterministic=True) as runner:
+            for _ in range(3):  # op by op, then the traced segments
+                got = runner(x)
+                assert all(torch.equal(g, e) for g, e in zip(got, eager, strict=True))
+    finally:
+        torch.set_num_threads(old)
+
+
 def test_thread_division_is_fixed_for_the_whole_call():
     """Prefix, concurrent part and suffix all run with budget // streams on the main
     stream: changing counts mid-call left idle OpenMP teams competing for cores."""
