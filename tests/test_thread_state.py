@@ -59,7 +59,8 @@ def _same(got, expected):
 def test_side_streams_compute_what_the_calling_thread_computes(mode):
     gm, inputs = _branches()
     reference = make_runner(gm, "sequential")
-    with make_runner(gm, "threads") as threads, MODES[mode]():
+    # deterministic: every op with the calling thread's intra-op threads, so bit for bit
+    with make_runner(gm, "threads", deterministic=True) as threads, MODES[mode]():
         expected = reference(*inputs)
         assert expected[0].dtype == (torch.bfloat16 if "autocast" in mode else torch.float32)
         for _ in range(3):  # op by op, then the traced segments
@@ -158,7 +159,7 @@ def test_a_segment_that_cannot_be_traced_says_why_in_one_line_and_prints_nothing
                                                 UniformCosts()))
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         expected = as_tuple(model(*inputs))
-        with make_runner(lifted.gm, "threads") as threads:
+        with make_runner(lifted.gm, "threads", deterministic=True) as threads:
             for _ in range(2):
                 _same(as_tuple(threads(*graph.dynamo_args)), expected)
             statuses = [item.status for items in threads.plan_of.values() for item in items
