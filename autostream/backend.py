@@ -64,9 +64,10 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     by more than the measurement noise.  ``deterministic=True``: the threads runtime
     runs every op, on every stream, with the intra-op thread count eager would give
     it (the caller's ``torch.get_num_threads()``), so reductions split their work as
-    eager does and outputs are bitwise equal to eager's; by default streams divide
-    the caller's threads, and a reduction may then differ from eager's in its last
-    bits (``docs/correctness.md``).  ``options`` are ``AutoStreamPass`` options
+    eager does and the outputs are bit for bit those of Dynamo's graph run on one
+    thread (the sequential runtime); by default streams divide the caller's threads,
+    and a reduction may then differ in its last bits (``docs/correctness.md``).
+    ``options`` are ``AutoStreamPass`` options
     (``max_streams``, ``solver``, ``cost_table``, ``time_limit``,
     ``max_memory_increase``: the memory budget, ``autostream.budget``; ``history``).
     Every option is checked here: a bad value, an unknown option, a cost table that
