@@ -95,12 +95,12 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     """
     _check_options(runtime, sanitize, measure, fallback, deterministic, options)
     stream_pass = AutoStreamPass(**options)
-
-    def runner(gm: torch.fx.GraphModule, kind: str) -> Callable[..., Any]:
-        return make_runner(gm, kind, sanitize=sanitize, deterministic=deterministic)
     choices: deque[MeasuredChoice] = deque(maxlen=stream_pass.history)
     lifts: deque[LiftedPlan | LiftError] = deque(maxlen=stream_pass.history)
     reports: list[PassReport] = []  # the current compile's, one per AOT graph
+
+    def runner(gm: torch.fx.GraphModule, kind: str) -> Callable[..., Any]:
+        return make_runner(gm, kind, sanitize=sanitize, deterministic=deterministic)
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         reinplace_all_reduces(gm)
