@@ -9,7 +9,10 @@ For each model of the speed-up experiment (``experiments.speedup.models``), unde
 ``no_grad``: eager, Dynamo's identity backend (``torch.compile(backend="eager")``:
 what any compiled graph computes), and the plan (``measure=0``, so it always runs)
 on the threads runtime with and without ``deterministic``, timed alternately (median
-of ``--runs`` rounds, as ``experiments.speedup``).  ``cost`` is deterministic over
+of ``--runs`` rounds, as ``experiments.speedup``).  Plans use the ``h200`` table by
+default, as the correctness sweep does: it gives these small models plans on two
+streams, where the option matters (the ``cpu`` table keeps most of them on one, where
+both variants run the same graph the same way).  ``cost`` is deterministic over
 default time; ``bitwise`` whether the outputs of 3 calls equal eager's bit for bit
 (``dynamo`` is the reference: a graph that differs from eager already under
 Dynamo cannot be bitwise for any backend).
@@ -21,6 +24,7 @@ Dynamo cannot be bitwise for any backend).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,10 +91,12 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
                medians["deterministic"] * 1e3, bitwise)
 
 
-def print_table(rows: list[Row], threads: int) -> None:
+def print_table(rows: list[Row], threads: int, load: float) -> None:
     print(f"Threads runtime, {threads} intra-op threads, no_grad; ms per call (median); "
           "`cost`: deterministic / default; bitwise: outputs equal to eager's bit for bit "
-          "(`dynamo`: Dynamo's own graph, the reference).")
+          "(`dynamo`: Dynamo's own graph, the reference).  Load average at the end: "
+          f"{load:.1f} on {os.cpu_count()} cores (other processes' load slows every variant "
+          "that runs more intra-op threads than cores are free: eager and deterministic).")
     print()
     print("| model | streams | eager ms | default ms | deterministic ms | cost | bitwise: "
           "dynamo / default / deterministic |")
@@ -125,10 +131,11 @@ def headlines(rows: list[Row]) -> list[Headline]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_timing_arguments(ap, warmup=3)
+    ap.set_defaults(cost_table="h200")
     args = ap.parse_args(argv)
     rows = [measure_model(name, factory, args)
             for name, factory in selected_models(ap, args.models).items()]
-    print_table(rows, torch.get_num_threads())
+    print_table(rows, torch.get_num_threads(), os.getloadavg()[0])
     record(__file__, headlines(rows))
     return 0
 
