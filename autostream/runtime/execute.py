@@ -33,6 +33,8 @@ def add_note(exc: BaseException, note: str) -> None:
     """``exc.add_note(note)`` (Python 3.11+), once; on 3.10 ``__notes__`` is set by hand
     (the traceback shows it from 3.11 on; :func:`run_op` also chains it there)."""
     notes = getattr(exc, "__notes__", None)
+    if notes is not None and not isinstance(notes, list):
+        return  # replaced by its owner: ``add_note`` would raise instead of the op's error
     if notes is not None and note in notes:
         return
     if hasattr(exc, "add_note"):
