@@ -28,14 +28,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import torch
 import torch.fx
 
 from autostream.cost.calibrate import _quantile
 from autostream.cost.free import is_free_target
 from autostream.cost.prof_chrome import ProfileCalls, read_chrome_trace
 from autostream.cost.prof_npu import is_npu_profile, read_npu_profile
-from autostream.cost.prof_signature import Unresolved, call_signature
-from autostream.cost.signature import OpSignature, dtype_short, node_cost_key
+from autostream.cost.prof_signature import UNKNOWN, Unresolved, call_signature
+from autostream.cost.signature import (
+    OpSignature,
+    TensorSpec,
+    dtype_short,
+    node_cost_key,
+    node_signature,
+    signature_key,
+)
 from autostream.cost.table import CostTable, Entry
 
 #: the shipped table whose device profile a profile of each kind starts from
@@ -65,6 +73,11 @@ class ProfileTable:
     table: CostTable
     calls: int
     unresolved: dict[str, str] = field(default_factory=dict)  # op name -> why
+    #: distinct signatures read only with a scalar the profile did not record (torch_npu
+    #: records none): kept only where a given model's graph supplies the scalar
+    partial: int = 0
+    #: graph signatures that took the entry of a profiled call differing only in scalars
+    adopted: int = 0
     unlinked_kernels: int = 0
     steps: int = 0
     disagreements: tuple[Disagreement, ...] = ()
@@ -100,9 +113,56 @@ def _entry(sig: OpSignature, calls: list, share: float) -> Entry:
                  provenance="profile")
 
 
-def table_from_profile(path: str | Path, merge: CostTable | None = None) -> ProfileTable:
+def _loose(v: object) -> object:
+    """An argument as a profile can match it: tensors without strides (torch_npu records
+    none), scalars, scalar lists and 0-dim integer/double tensors all alike (eager
+    PyTorch wraps a Python number into a 0-dim tensor, ``x + 1``, whose value the
+    profiler does not record; torch_npu records no scalar at all)."""
+    if isinstance(v, TensorSpec):
+        if v.shape == () and v.dtype in (torch.int64, torch.float64, torch.bool):
+            return "#"
+        return TensorSpec(v.shape, v.dtype)
+    if isinstance(v, list) and not any(isinstance(x, TensorSpec) for x in v):
+        return "#"
+    if isinstance(v, (list, tuple)):
+        return type(v)(_loose(x) for x in v)
+    if isinstance(v, (bool, int, float, torch.dtype)) or v is UNKNOWN:
+        return "#"
+    return v
+
+
+def loose_key(sig: OpSignature) -> tuple[str, str]:
+    """``(op, key)`` with wrapped numbers and scalars alike (see :func:`_loose`).
+
+    >>> from autostream.cost.signature import TensorSpec
+    >>> x = TensorSpec((4,), torch.float32)
+    >>> a = OpSignature("aten.add.Tensor", "", (x, 1))
+    >>> b = OpSignature("aten.add.Tensor", "", (x, TensorSpec((), torch.int64)))
+    >>> loose_key(a) == loose_key(b)
+    True
+    """
+    return sig.op, signature_key(tuple(_loose(a) for a in sig.args),
+                                 {k: _loose(v) for k, v in sig.kwargs.items()})
+
+
+def graph_signatures(graphs: Iterable[torch.fx.GraphModule]) -> dict[tuple[str, str], OpSignature]:
+    """The distinct signatures of ``graphs``' costed (non-free) op nodes."""
+    out: dict[tuple[str, str], OpSignature] = {}
+    for gm in graphs:
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and not is_free_target(node.target):
+                sig = node_signature(node)
+                out.setdefault((sig.op, sig.key), sig)
+    return out
+
+
+def table_from_profile(path: str | Path, merge: CostTable | None = None,
+                       graphs: Iterable[torch.fx.GraphModule] = ()) -> ProfileTable:
     """Read the profile at ``path`` into a table on ``merge``'s device (else on the
-    shipped table of the profile's device kind), merged into ``merge`` when given."""
+    shipped table of the profile's device kind), merged into ``merge`` when given.
+
+    With ``graphs`` (the model's), a graph signature the profile has only with a
+    wrapped number in place of a scalar (:func:`loose_key`) gets that entry too."""
     import cost_models
 
     cores = merge.profile.cores if merge is not None else {}
@@ -115,6 +175,7 @@ def table_from_profile(path: str | Path, merge: CostTable | None = None) -> Prof
                          f"into ({merge.source}) is for {base.device.get('kind')}: merge into a "
                          f"{found.kind} table")
     groups: dict[tuple[str, str], tuple[OpSignature, list]] = {}
+    partial: dict[tuple[str, str], tuple[OpSignature, list]] = {}  # scalars not recorded
     unresolved: dict[str, str] = {}
     for call in found.calls:
         try:
@@ -122,7 +183,18 @@ def table_from_profile(path: str | Path, merge: CostTable | None = None) -> Prof
         except Unresolved as exc:
             unresolved.setdefault(call.name, str(exc))
             continue
-        groups.setdefault((sig.op, sig.key), (sig, []))[1].append(call)
+        if is_free_target(_target(sig.op)):
+            continue
+        pool = partial if sig.approximate else groups
+        pool.setdefault((sig.op, sig.key), (sig, []))[1].append(call)
+    by_loose: dict[tuple[str, str], list] = {}
+    for sig, calls in (*groups.values(), *partial.values()):
+        by_loose.setdefault(loose_key(sig), []).extend(calls)
+    adopted = 0
+    for key, sig in graph_signatures(graphs).items():
+        if key not in groups and loose_key(sig) in by_loose:
+            groups[key] = (sig, by_loose[loose_key(sig)])
+            adopted += 1
     old = {e.key: e for e in base.entries} if merge is not None else {}
     entries = []
     for key, (sig, calls) in groups.items():
@@ -143,9 +215,15 @@ def table_from_profile(path: str | Path, merge: CostTable | None = None) -> Prof
                 disagreements.append(d)
     table = merge.merged(new) if merge is not None else new
     disagreements.sort(key=lambda d: -abs(_log(d.ratio)))
-    return ProfileTable(table, len(found.calls), unresolved, found.unlinked_kernels, found.steps,
+    return ProfileTable(table, len(found.calls), unresolved, len(partial), adopted,
+                        found.unlinked_kernels, found.steps,
                         tuple(disagreements), statistics.median(ratios) if ratios else None,
                         len(ratios))
+
+
+def _target(op: str) -> object:
+    ns, name, overload = op.split(".", 2)
+    return getattr(getattr(getattr(torch.ops, ns), name), overload)
 
 
 def _log(x: float) -> float:
@@ -192,6 +270,12 @@ def report(result: ProfileTable, cover: Coverage | None = None, limit: int = 10)
     new = [e for e in t.entries if e.provenance == "profile"]
     lines = [f"read {result.calls} op calls over {result.steps or 'unmarked'} steps into "
              f"{len(new)} profiled signatures"]
+    if result.adopted:
+        lines.append(f"  {result.adopted} of the model's signatures matched a profiled call "
+                     "whose scalars (or wrapped numbers, or strides) the profile did not record")
+    if result.partial:
+        lines.append(f"  {result.partial} profiled signatures lack scalar values (torch_npu records "
+                     "none) and are kept only where a MODEL_SPEC's graph has them")
     if result.unlinked_kernels:
         lines.append(f"  {result.unlinked_kernels} kernels name no launching op (not counted)")
     for name, why in sorted(result.unresolved.items())[:limit]:

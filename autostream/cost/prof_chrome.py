@@ -74,15 +74,21 @@ def _number(x: Any, source: str, row: str, column: str) -> float:
     return v
 
 
+def require_shapes(ops: list[tuple[int, dict[str, Any]]], source: str) -> None:
+    """Raise unless some op records its inputs (ops without arguments record none, so a
+    profile without shapes is one where no op has them)."""
+    if ops and not any("Input Dims" in (ev.get("args") or {}) for _, ev in ops):
+        i, ev = ops[0]
+        raise ProfileError(source, f"event {i}", "args.Input Dims",
+                           f"op {ev.get('name')!r} (and every other) has no input shapes: the "
+                           "profile was taken without them; profile again with record_shapes=True")
+
+
 def op_call(ev: dict[str, Any], source: str, row: str, duration_us: float,
             share: float | None = None) -> ProfiledCall:
-    """A :class:`ProfiledCall` from a ``cpu_op`` event; a missing ``Input Dims`` is an error."""
+    """A :class:`ProfiledCall` from an op event (see :func:`require_shapes`)."""
     args = ev.get("args") or {}
-    if "Input Dims" not in args or "Input type" not in args:
-        raise ProfileError(source, row, "args.Input Dims",
-                           f"op {ev.get('name')!r} has no input shapes: the profile was taken "
-                           "without them; profile again with record_shapes=True")
-    return ProfiledCall(ev["name"], args["Input Dims"], args["Input type"],
+    return ProfiledCall(ev["name"], args.get("Input Dims", []), args.get("Input type", []),
                         args.get("Input Strides", []), args.get("Concrete Inputs", []),
                         duration_us, share, f"{source}: {row}")
 
@@ -103,7 +109,9 @@ def read_chrome_trace(path: str | Path, sm_count: int = 0) -> ProfileCalls:
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
         cat = ev.get("cat")
-        if cat == "cpu_op":
+        if str(ev.get("name", "")).startswith("ProfilerStep#"):
+            steps += 1
+        elif cat == "cpu_op":
             ops.append((i, ev))
         elif cat in KERNEL_CATS:
             kernels.append((i, ev))
@@ -112,18 +120,17 @@ def read_chrome_trace(path: str | Path, sm_count: int = 0) -> ProfileCalls:
             ext = (ev.get("args") or {}).get("External id")
             if corr is not None and ext is not None:
                 launches[corr] = ext
-        elif str(ev.get("name", "")).startswith("ProfilerStep#"):
-            steps += 1
     if not ops:
         raise ProfileError(source, "", "traceEvents",
                            "has no cpu_op events: profile with ProfilerActivity.CPU and "
                            "record_shapes=True")
+    require_shapes(ops, source)
     props = data.get("deviceProperties") or []
     sms = next((int(p["numSms"]) for p in props if isinstance(p, dict) and p.get("numSms")),
                sm_count)
     if not kernels:
-        calls = [op_call(ev, source, f"traceEvents[{i}]",
-                         _number(ev.get("dur"), source, f"traceEvents[{i}]", "dur"))
+        calls = [op_call(ev, source, f"event {i}",
+                         _number(ev.get("dur"), source, f"event {i}", "dur"))
                  for i, ev in ops]
         return ProfileCalls(tuple(calls), "cpu", source, steps)
     by_ext: dict[Any, tuple[int, dict]] = {}
@@ -134,7 +141,7 @@ def read_chrome_trace(path: str | Path, sm_count: int = 0) -> ProfileCalls:
     linked: dict[int, list[tuple[float, float | None]]] = {}
     unlinked = 0
     for k, kev in kernels:
-        row = f"traceEvents[{k}]"
+        row = f"event {k}"
         args = kev.get("args") or {}
         ext = args.get("External id", launches.get(args.get("correlation")))
         if ext not in by_ext:
@@ -152,7 +159,7 @@ def read_chrome_trace(path: str | Path, sm_count: int = 0) -> ProfileCalls:
             continue
         parts = linked[i]
         total = sum(d for d, _ in parts)
-        calls.append(op_call(ev, source, f"traceEvents[{i}]", total, weighted_share(parts)))
+        calls.append(op_call(ev, source, f"event {i}", total, weighted_share(parts)))
     return ProfileCalls(tuple(calls), "cuda", source, steps, unlinked, {"sm": sms} if sms else {})
 
 

@@ -23,7 +23,13 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from autostream.cost.prof_chrome import ProfileCalls, load_json, op_call, weighted_share
+from autostream.cost.prof_chrome import (
+    ProfileCalls,
+    load_json,
+    op_call,
+    require_shapes,
+    weighted_share,
+)
 from autostream.cost.prof_errors import ProfileError
 from autostream.cost.prof_signature import kernel_share
 
@@ -139,6 +145,7 @@ def read_output(out: Path, cores: dict[str, int]) -> ProfileCalls:
             starts[ev.get("id")] = (ev.get("pid"), ev.get("tid"), _ts(ev["ts"]))
         elif ph == "f" and ev.get("name") == "torch_to_npu":
             ends[_ts(ev["ts"])] = ev.get("id")
+    require_shapes([op for ops in ops_by_thread.values() for op in ops], str(tpath))
     linked: dict[int, tuple[dict, list[tuple[float, float | None]]]] = {}
     unlinked = 0
     source = str(kpath)

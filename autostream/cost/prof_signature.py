@@ -19,13 +19,18 @@ key is the one :func:`autostream.cost.signature.node_signature` gives the same c
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from autostream.cost.signature import OpSignature, TensorSpec, count_work, signature_key, tensor_spec
+from autostream.cost.signature import (
+    OpSignature,
+    TensorSpec,
+    count_work,
+    signature_key,
+    tensor_spec,
+)
 
 #: dtype names as ``record_function`` writes them (``c10::toString`` of the scalar type)
 PROFILER_DTYPES = {
@@ -70,6 +75,18 @@ class ProfiledCall:
     step: int | None = None
 
 
+class _Unknown:
+    """A scalar argument whose value the profile did not record (torch_npu records none)."""
+
+    def __repr__(self) -> str:
+        return "?"
+
+    __str__ = __repr__
+
+
+UNKNOWN = _Unknown()
+
+
 class Unresolved(ValueError):
     """A profiled op whose overload or arguments cannot be recovered (reported, not fatal)."""
 
@@ -88,12 +105,35 @@ def _parse(text: Any) -> Any:
         return text
 
 
+def split_list(value: Any, kind: str) -> list[Any]:
+    r"""A per-argument list as the profiler wrote it: a JSON list (torch.profiler) or a
+    ``;``-separated string (torch_npu: ``"8,64;\r\n64,32"``, ``"c10::Half;\r\nfloat"``).
+
+    >>> split_list("[8, 64];\r\n[64, 32];\r\n", "dims"), split_list("8,64;", "dims")
+    ([[8, 64], [64, 32], []], [[8, 64], []])
+    >>> split_list("float;\r\nScalar", "types")
+    ['float', 'Scalar']
+    """
+    if not isinstance(value, str):
+        return list(value or [])
+    parts = [p.strip() for p in value.split(";")]
+    if kind == "types":
+        return parts
+    out = []
+    for p in parts:
+        if p.startswith("["):
+            out.append(list(ast.literal_eval(p)))
+        else:
+            out.append([int(x) for x in p.split(",") if x.strip()])
+    return out
+
+
 def _arg(call: ProfiledCall, i: int) -> tuple[str, Any]:
     """``(kind, value)`` of argument ``i``: tensor, tensors, scalar, list or none."""
     typ = call.types[i] if i < len(call.types) else ""
     dims = call.dims[i] if i < len(call.dims) else []
     strides = call.strides[i] if i < len(call.strides) else []
-    concrete = call.concrete[i] if i < len(call.concrete) else ""
+    concrete = call.concrete[i] if i < len(call.concrete) else UNKNOWN
     if typ == "TensorList":
         n = len(dims or [])
         st = strides if isinstance(strides, list) and len(strides) == n else [None] * n
@@ -106,9 +146,9 @@ def _arg(call: ProfiledCall, i: int) -> tuple[str, Any]:
         return "tensor", TensorSpec(tuple(dims or ()), PROFILER_DTYPES[typ],
                                     tuple(strides) if strides else None)
     if typ == "ScalarList":
-        return "list", _parse(concrete)
+        return "list", _parse(concrete) if concrete is not UNKNOWN else UNKNOWN
     if typ == "Scalar":
-        return "scalar", _parse(concrete)
+        return "scalar", _parse(concrete) if concrete is not UNKNOWN else UNKNOWN
     if typ in ("", None):
         return "none", None
     raise Unresolved(f"argument {i} has a type the reader does not know ({typ!r})")
@@ -133,6 +173,8 @@ def _convert(kind: str, value: Any, arg: Any) -> Any:
         raise Unresolved(f"{arg.name} is a tensor list, got a {kind}")
     if kind == "tensor":
         raise Unresolved(f"{arg.name} is {t}, got a tensor")
+    if value is UNKNOWN:
+        return UNKNOWN
     if base.startswith("List["):
         if kind == "list" and isinstance(value, (list, tuple)):
             return list(value)
@@ -186,7 +228,7 @@ def _bind(overload: torch._ops.OpOverload, call: ProfiledCall
 
 
 def _same(v: Any, default: Any) -> bool:
-    if isinstance(v, TensorSpec) or isinstance(default, TensorSpec):
+    if v is UNKNOWN or isinstance(v, TensorSpec) or isinstance(default, TensorSpec):
         return False
     if isinstance(v, torch.dtype) and isinstance(default, int):
         return False
@@ -232,8 +274,10 @@ def _outputs(overload: Any, args: tuple, kwargs: dict) -> tuple[TensorSpec, ...]
 
 def call_signature(call: ProfiledCall) -> OpSignature:
     """The :class:`OpSignature` a graph node making ``call`` has; raises :class:`Unresolved`
-    when no overload of the op takes the recorded arguments."""
+    when no overload of the op takes the recorded arguments.  A scalar the profile did
+    not record stays ``?`` and marks the signature ``approximate``."""
     qual, overloads = _overloads(call.name)
+    call = replace(call, dims=split_list(call.dims, "dims"), types=split_list(call.types, "types"))
     problems = []
     for ov in overloads:
         try:
@@ -241,10 +285,11 @@ def call_signature(call: ProfiledCall) -> OpSignature:
         except Unresolved as exc:
             problems.append(f"{ov._overloadname}: {exc}")
             continue
-        outputs = _outputs(ov, args, kwargs)
+        unknown = any(v is UNKNOWN for v in (*args, *kwargs.values()))
+        outputs = () if unknown else _outputs(ov, args, kwargs)
         flops, nbytes, formula = count_work(str(ov), ov, args, kwargs, outputs)
         return OpSignature(str(ov), signature_key(args, kwargs), args, kwargs, outputs, flops,
-                           nbytes, formula)
+                           nbytes, formula, approximate=unknown)
     raise Unresolved(f"no overload of {qual} takes the recorded arguments ("
                      + "; ".join(problems[:4]) + ")")
 
