@@ -73,6 +73,10 @@ EXPERIMENTS = (
     Experiment("cost_accuracy.py", "Cost-model accuracy",
                "Estimated versus measured op and graph times on this machine.",
                ("--repeat", "5")),
+    Experiment("profile_calibration.py", "Costs from profiles",
+               "A table read from a torch.profiler trace of each zoo model beside the "
+               "micro-benchmark table, both against measured graphs; how many graph ops "
+               "profiles of zoo and transformers models cover."),
     Experiment("speedup.py", "Measured speed-up",
                "Single stream versus autostream, measured, next to the predicted speed-up.",
                ("--runs", "20", "--warmup", "3")),

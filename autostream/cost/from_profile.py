@@ -124,14 +124,21 @@ def _loose(v: object) -> object:
         return TensorSpec(v.shape, v.dtype)
     if isinstance(v, list) and not any(isinstance(x, TensorSpec) for x in v):
         return "#"
-    if isinstance(v, (list, tuple)):
-        return type(v)(_loose(x) for x in v)
+    if isinstance(v, list):  # torch.profiler records no dtypes inside a tensor list
+        return [TensorSpec(x.shape, torch.float32) if isinstance(x, TensorSpec) else _loose(x)
+                for x in v]
+    if isinstance(v, tuple):
+        return tuple(_loose(x) for x in v)
     if isinstance(v, (bool, int, float, torch.dtype)) or v is UNKNOWN:
         return "#"
     return v
 
 
-def loose_key(sig: OpSignature) -> tuple[str, str]:
+#: keyword arguments that place or lay out a result but do not change its cost
+_PLACEMENT = ("device", "pin_memory", "layout", "memory_format", "non_blocking")
+
+
+def loose_key(sig: OpSignature, lists: bool = False) -> tuple[str, str]:
     """``(op, key)`` with wrapped numbers and scalars alike (see :func:`_loose`).
 
     >>> from autostream.cost.signature import TensorSpec
@@ -140,9 +147,14 @@ def loose_key(sig: OpSignature) -> tuple[str, str]:
     >>> b = OpSignature("aten.add.Tensor", "", (x, TensorSpec((), torch.int64)))
     >>> loose_key(a) == loose_key(b)
     True
+
+    ``lists=True`` also makes every list alike (``aten.index``'s indices, which
+    torch.profiler does not record).
     """
-    return sig.op, signature_key(tuple(_loose(a) for a in sig.args),
-                                 {k: _loose(v) for k, v in sig.kwargs.items()})
+    loose = _loose if not lists else (lambda v: "#" if isinstance(v, list) else _loose(v))
+    return sig.op, signature_key(tuple(loose(a) for a in sig.args),
+                                 {k: _loose(v) for k, v in sig.kwargs.items()
+                                  if k not in _PLACEMENT and v is not None})
 
 
 def graph_signatures(graphs: Iterable[torch.fx.GraphModule]) -> dict[tuple[str, str], OpSignature]:
@@ -181,19 +193,26 @@ def table_from_profile(path: str | Path, merge: CostTable | None = None,
         try:
             sig = call_signature(call)
         except Unresolved as exc:
-            unresolved.setdefault(call.name, str(exc))
+            if "::" in call.name:  # not user annotations (ProfilerStep, Dynamo's regions)
+                unresolved.setdefault(call.name, str(exc))
             continue
         if is_free_target(_target(sig.op)):
             continue
         pool = partial if sig.approximate else groups
         pool.setdefault((sig.op, sig.key), (sig, []))[1].append(call)
     by_loose: dict[tuple[str, str], list] = {}
+    by_looser: dict[tuple[str, str], list] = {}  # tensor lists the profile did not record
     for sig, calls in (*groups.values(), *partial.values()):
         by_loose.setdefault(loose_key(sig), []).extend(calls)
+        if any(a is UNKNOWN for a in sig.args):
+            by_looser.setdefault(loose_key(sig, lists=True), []).extend(calls)
     adopted = 0
     for key, sig in graph_signatures(graphs).items():
-        if key not in groups and loose_key(sig) in by_loose:
-            groups[key] = (sig, by_loose[loose_key(sig)])
+        if key in groups:
+            continue
+        calls = by_loose.get(loose_key(sig)) or by_looser.get(loose_key(sig, lists=True))
+        if calls:
+            groups[key] = (sig, calls)
             adopted += 1
     old = {e.key: e for e in base.entries} if merge is not None else {}
     entries = []

@@ -159,6 +159,8 @@ def _convert(kind: str, value: Any, arg: Any) -> Any:
     t = str(arg.type)
     optional = t.startswith("Optional[")
     base = t[len("Optional["):-1] if optional else t
+    if kind == "none" and base == "List[Optional[Tensor]]":
+        return UNKNOWN  # index's indices: torch.profiler records nothing for them
     if kind == "none":
         if optional or arg.has_default_value():
             return arg.default_value if not optional else None
@@ -170,6 +172,8 @@ def _convert(kind: str, value: Any, arg: Any) -> Any:
     if base.startswith("List[") and "Tensor" in base:
         if kind == "tensors":
             return value
+        if kind == "none" and "Optional[Tensor]" in base:  # index's indices: not recorded
+            return UNKNOWN
         raise Unresolved(f"{arg.name} is a tensor list, got a {kind}")
     if kind == "tensor":
         raise Unresolved(f"{arg.name} is {t}, got a tensor")
@@ -211,11 +215,14 @@ def _convert(kind: str, value: Any, arg: Any) -> Any:
 def _bind(overload: torch._ops.OpOverload, call: ProfiledCall
           ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     schema = overload._schema
-    if len(schema.arguments) != len(call.types):
-        raise Unresolved(f"{len(call.types)} arguments, the schema has {len(schema.arguments)}")
+    n = len(call.types)
+    # the profiler may leave out trailing arguments that keep their defaults
+    if n > len(schema.arguments) or any(not a.has_default_value() and not str(a.type).startswith(
+            "Optional[") for a in schema.arguments[n:]):
+        raise Unresolved(f"{n} arguments, the schema has {len(schema.arguments)}")
     args, kwargs = [], {}
     for i, a in enumerate(schema.arguments):
-        kind, value = _arg(call, i)
+        kind, value = _arg(call, i) if i < n else ("none", None)
         v = _convert(kind, value, a)
         if a.kwarg_only:
             if not (a.has_default_value() and _same(v, a.default_value)):
