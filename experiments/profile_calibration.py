@@ -9,7 +9,8 @@
    profiled too, for its coverage only (eager PyTorch and ``transformers`` run other
    ATen ops than their compiled graphs: composites, code paths taken only outside
    Dynamo).
-3. Times each captured graph (median over rounds of each round's fastest call).
+3. Times each captured graph right after its profile (median over rounds of each
+   round's fastest call).
 4. Prints, per model: how many of the graph's costed ops the profile covers, the
    op-level median difference between the two tables over the signatures both have,
    and each table's whole-graph prediction (sum of op estimates) against the measured
@@ -96,16 +97,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     graphs = {m: capture_graphs(model, inputs) for m, (model, inputs) in built.items()}
     micro = calibrate_graphs([g for gs in graphs.values() for g in gs], cpu, warmup=5,
                              repeat=args.repeat, progress=False)
-    profiled, eager = {}, {}
+    profiled, eager, measured = {}, {}, {}
     for m, (model, inputs) in built.items():
         (work / m).mkdir()
-        profiled[m] = profile_table(model, inputs, graphs[m], args.steps, work / m)
-        eager[m] = coverage(graphs[m], profile_table(model, inputs, graphs[m], 2, work / m,
-                                                     compiled=False).table)
-    measured = {}
-    for m, gs in graphs.items():
+        gs = graphs[m]
+        # the graph is timed right after its profile: the machine's load (shared cores)
+        # drifts by tens of percent over minutes
+        profiled[m] = profile_table(model, inputs, gs, args.steps, work / m)
         rounds = [[graph_times(gm, 3) for gm in gs] for _ in range(ROUNDS)]
         measured[m] = sum(robust_time([r[i] for r in rounds]) for i in range(len(gs)))
+        eager[m] = coverage(gs, profile_table(model, inputs, gs, 2, work / m,
+                                              compiled=False).table)
 
     micro_cm = TableCostModel(micro)
     print(f"micro-benchmark table: {micro_cm.describe()}; profiles: {args.steps} calls of "

@@ -110,15 +110,27 @@ def _float(row: dict[str, str], col: str, source: str, where: str) -> float:
     return v
 
 
-def _innermost(ops: list[tuple[int, dict]], key: tuple[Any, Any], ts: Decimal
-               ) -> tuple[int, dict] | None:
-    best = None
-    for i, ev in ops:
-        start = _ts(ev["ts"])
-        end = start + Decimal(str(ev.get("dur", 0)))
-        if start <= ts <= end and (best is None or float(ev.get("dur", 0)) < float(best[1].get("dur", 0))):
-            best = (i, ev)
-    return best
+class _Thread:
+    """The torch ops of one host thread, found by the time a flow leaves them."""
+
+    def __init__(self, ops: list[tuple[int, dict]]) -> None:
+        self.ops = ops
+        self.at: dict[Decimal, tuple[int, dict]] = {}
+        for i, ev in ops:  # the innermost op starting at each time: a flow starts on it
+            ts = _ts(ev["ts"])
+            if ts not in self.at or float(ev.get("dur", 0)) < float(self.at[ts][1].get("dur", 0)):
+                self.at[ts] = (i, ev)
+
+    def op_at(self, ts: Decimal) -> tuple[int, dict] | None:
+        if ts in self.at:
+            return self.at[ts]
+        best = None  # a flow that does not start exactly on an op: the innermost around it
+        for i, ev in self.ops:
+            start = _ts(ev["ts"])
+            if start <= ts <= start + Decimal(str(ev.get("dur", 0))) and (
+                    best is None or float(ev.get("dur", 0)) < float(best[1].get("dur", 0))):
+                best = (i, ev)
+        return best
 
 
 def read_output(out: Path, cores: dict[str, int]) -> ProfileCalls:
@@ -146,6 +158,7 @@ def read_output(out: Path, cores: dict[str, int]) -> ProfileCalls:
         elif ph == "f" and ev.get("name") == "torch_to_npu":
             ends[_ts(ev["ts"])] = ev.get("id")
     require_shapes([op for ops in ops_by_thread.values() for op in ops], str(tpath))
+    threads = {key: _Thread(ops) for key, ops in ops_by_thread.items()}
     linked: dict[int, tuple[dict, list[tuple[float, float | None]]]] = {}
     unlinked = 0
     source = str(kpath)
@@ -160,7 +173,7 @@ def read_output(out: Path, cores: dict[str, int]) -> ProfileCalls:
         op = None
         if flow is not None and flow in starts:
             pid, tid, ts = starts[flow]
-            op = _innermost(ops_by_thread.get((pid, tid), []), (pid, tid), ts)
+            op = threads[(pid, tid)].op_at(ts) if (pid, tid) in threads else None
         if op is None:
             unlinked += 1
             continue
