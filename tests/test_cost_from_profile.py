@@ -257,3 +257,34 @@ def test_profiled_shares_set_the_simulated_contention(tmp_path):
         return max(end.values())
     assert run(12) == pytest.approx(40.0)
     assert run(24) == pytest.approx(80.0)
+
+
+MODEL_FILE = '''
+import torch
+
+def tiny():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).eval(), (torch.randn(4, 16),)
+'''
+
+
+def test_command_reports_coverage_of_the_models_and_errors(tmp_path, capsys):
+    spec = tmp_path / "models.py"
+    spec.write_text(MODEL_FILE)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).eval()
+    trace = _trace(tmp_path, model, (torch.randn(4, 16),), steps=2)
+    out = tmp_path / "t.json"
+    assert main(["calibrate", "--from-profile", str(trace), f"{spec}:tiny", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "coverage: 2/2 ops of the model (100.0%) have a profiled entry" in text
+    assert CostTable.load(out, expect_kind="cpu").entries
+    # another model's ops are reported missing, by signature
+    trace2 = _trace(tmp_path, torch.nn.Tanh(), (torch.randn(3, 5),), steps=1)
+    assert main(["calibrate", "--from-profile", str(trace2), f"{spec}:tiny", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "coverage: 0/2 ops" in text and "missing aten.addmm.default(f32[32], f32[4, 16]" in text
+    assert main(["calibrate", "--from-profile", str(tmp_path / "nope.json"), "--out",
+                 str(out)]) == 2
+    assert "nope.json: does not exist" in capsys.readouterr().err
+    assert main(["calibrate", "--from-profile", str(trace), "--runs", "3", "--out", str(out)]) == 2
+    assert "--runs apply to timing ops, not to --from-profile" in capsys.readouterr().err
