@@ -23,6 +23,7 @@ the cautious end (an unknown op is assumed to fill the device).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -31,9 +32,11 @@ from pathlib import Path
 import torch
 import torch.fx
 
+import cost_models
 from autostream.cost.calibrate import _quantile
 from autostream.cost.free import is_free_target
 from autostream.cost.prof_chrome import ProfileCalls, read_chrome_trace
+from autostream.cost.prof_errors import ProfileError
 from autostream.cost.prof_npu import is_npu_profile, read_npu_profile
 from autostream.cost.prof_signature import UNKNOWN, Unresolved, call_signature
 from autostream.cost.signature import (
@@ -95,7 +98,6 @@ def read_profile(path: str | Path, cores: dict[str, int] | None = None) -> Profi
         traces = sorted(path.glob("*.json")) + sorted(path.glob("*.json.gz"))
         if len(traces) == 1:
             return read_chrome_trace(traces[0], (cores or {}).get("sm", 0))
-        from autostream.cost.prof_errors import ProfileError
         raise ProfileError(str(path), "", "", "is a folder but neither a torch_npu profiler "
                            "output (*_ascend_pt/ASCEND_PROFILER_OUTPUT) nor one holding exactly "
                            f"one Chrome trace ({len(traces)} .json files); give the file")
@@ -175,13 +177,13 @@ def table_from_profile(path: str | Path, merge: CostTable | None = None,
 
     With ``graphs`` (the model's), a graph signature the profile has only with a
     wrapped number in place of a scalar (:func:`loose_key`) gets that entry too."""
-    import cost_models
-
     cores = merge.profile.cores if merge is not None else {}
     found = read_profile(path, cores)
-    base = merge if merge is not None else CostTable.load(cost_models.table_path(BASE_TABLES[found.kind]))
-    if merge is None and found.kind == "npu" and not cores:
-        found = read_profile(path, base.profile.cores)
+    shipped = CostTable.load(cost_models.table_path(BASE_TABLES[found.kind]))
+    base = merge if merge is not None else shipped
+    if found.kind == "npu" and not cores:  # the core counts of the shipped table's chip
+        cores = shipped.profile.cores
+        found = read_profile(path, cores)
     if merge is not None and base.device.get("kind") != found.kind:
         raise ValueError(f"the profile at {path} ran on a {found.kind} device but the table merged "
                          f"into ({merge.source}) is for {base.device.get('kind')}: merge into a "
@@ -222,8 +224,7 @@ def table_from_profile(path: str | Path, merge: CostTable | None = None,
         entries.append(_entry(sig, calls, share))
     device = dict(base.device)
     device["profile"] = {"path": str(path), "steps": found.steps, "calls": len(found.calls)}
-    new = CostTable(device=device, profile=base.profile if merge is not None else
-                    replace(base.profile, cores={**base.profile.cores, **found.cores}),
+    new = CostTable(device=device, profile=replace(base.profile, cores={**cores, **found.cores}),
                     entries=tuple(entries))
     disagreements, ratios = [], []
     for e in entries:
@@ -246,7 +247,6 @@ def _target(op: str) -> object:
 
 
 def _log(x: float) -> float:
-    import math
     return math.log(x) if 0 < x < float("inf") else float("inf")
 
 
