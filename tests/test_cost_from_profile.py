@@ -288,3 +288,18 @@ def test_command_reports_coverage_of_the_models_and_errors(tmp_path, capsys):
     assert "nope.json: does not exist" in capsys.readouterr().err
     assert main(["calibrate", "--from-profile", str(trace), "--runs", "3", "--out", str(out)]) == 2
     assert "--runs apply to timing ops, not to --from-profile" in capsys.readouterr().err
+
+
+def test_cpu_profile_merged_keeps_the_tables_share_and_split(tmp_path, tiny):
+    model, inputs, graphs = tiny
+    path = _trace(tmp_path, model, inputs, steps=2)
+    first = table_from_profile(path).table
+    addmm = next(e for e in first.entries if e.op == "aten.addmm.default")
+    assert addmm.share == 1.0 and addmm.split == 1.0  # unknown: the cautious share
+    measured = CostTable(device=first.device, profile=first.profile, entries=(
+        type(addmm)(**{**addmm.__dict__, "share": 0.3, "split": 1.7, "time_us": 999.0,
+                       "provenance": "microbenchmark"}),))
+    merged = table_from_profile(path, merge=measured).table
+    again = next(e for e in merged.entries if e.key == addmm.key)
+    assert (again.share, again.split, again.provenance) == (0.3, 1.7, "profile")
+    assert again.time_us != 999.0

@@ -7,7 +7,8 @@ planner looks them up.  Per signature: the median over all its calls (every step
 every layer that repeats it) is the entry's time, with provenance ``profile``.  An
 entry's share is the profiled one (blocks over cores) when the profile has block
 counts; else the share of the same signature in the table merged into; else 1.0,
-the cautious end (an unknown op is assumed to fill the device).
+the cautious end (an unknown op is assumed to fill the device).  The split factor
+(CPU: time on one stream's share of the threads) is the merged table's, else 1.
 
 >>> import torch, tempfile, os
 >>> from torch.profiler import profile
@@ -221,7 +222,10 @@ def table_from_profile(path: str | Path, merge: CostTable | None = None,
     for key, (sig, calls) in groups.items():
         shares = [c.share for c in calls if c.share is not None]
         share = statistics.median(shares) if shares else (old[key].share if key in old else 1.0)
-        entries.append(_entry(sig, calls, share))
+        entry = _entry(sig, calls, share)
+        if key in old:  # a profile does not measure the split (CPU threads): keep the table's
+            entry = replace(entry, split=old[key].split)
+        entries.append(entry)
     device = dict(base.device)
     device["profile"] = {"path": str(path), "steps": found.steps, "calls": len(found.calls)}
     new = CostTable(device=device, profile=replace(base.profile, cores={**cores, **found.cores}),
