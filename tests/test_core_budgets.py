@@ -103,3 +103,17 @@ def test_scope_keys_are_limit_core_nums():
                                                            "_op_vectorcore_num": "24"}
     with pytest.raises(ValueError, match="no cube and vector core counts"):
         scope_keys(0.5, {"sm": 132})
+
+
+def test_plan_command_reports_budgets_it_does_not_emit(tmp_path, capsys):
+    import json
+
+    from autostream.cli import main
+
+    out = tmp_path / "plan.json"
+    assert main(["plan", "autostream.zoo:two_branch_gemv", "--cost-table", "ascend910b",
+                 "--streams", "2", "--time-limit", "1", "--core-budgets", "--json", str(out)]) == 0
+    b = json.loads(out.read_text())["core_budgets"]
+    assert b["with_us"] <= b["without_us"] and set(b["budgets"].values()) <= set(LEVELS)
+    assert set(b["scope_keys"]) == set(b["budgets"])  # ascend910b has core counts
+    assert "core budgets" in capsys.readouterr().out
