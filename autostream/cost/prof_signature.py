@@ -254,7 +254,7 @@ def _overloads(name: str) -> tuple[str, list[torch._ops.OpOverload]]:
     except (AttributeError, RuntimeError):
         raise Unresolved(f"no op {ns}.{op} is registered in this torch") from None
     names = sorted(packet.overloads(), key=lambda o: (o != "default", o))
-    return f"{ns}.{op}", [getattr(packet, o) for o in names if not o.endswith("out")]
+    return f"{ns}.{op}", [getattr(packet, o) for o in names if o != "out" and not o.endswith("_out")]
 
 
 def _meta(v: Any) -> Any:
