@@ -73,6 +73,14 @@ EXPERIMENTS = (
     Experiment("cost_accuracy.py", "Cost-model accuracy",
                "Estimated versus measured op and graph times on this machine.",
                ("--repeat", "5")),
+    Experiment("profile_calibration.py", "Costs from profiles",
+               "A table read from a torch.profiler trace of each zoo model beside the "
+               "micro-benchmark table, both against measured graphs; how many graph ops "
+               "profiles of zoo and transformers models cover."),
+    Experiment("core_budgets.py", "Core budgets per stream (predicted)",
+               "Predicted makespan with and without side-stream core budgets on the "
+               "ascend910b table, zoo MoE and transformers MoE models at 2 and 4 streams; no "
+               "device."),
     Experiment("speedup.py", "Measured speed-up",
                "Single stream versus autostream, measured, next to the predicted speed-up.",
                ("--runs", "20", "--warmup", "3")),

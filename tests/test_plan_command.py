@@ -47,6 +47,7 @@ def test_plan_single_stream_has_no_syncs(tmp_path):
         (["--streams", "0"], "--streams must be >= 1"),
         (["--time-limit", "0"], "--time-limit must be > 0"),
         (["--solver", "fastest"], "unknown solver 'fastest'"),
+        (["--core-budgets"], "--core-budgets needs a model"),
     ],
 )
 def test_plan_bad_input_exits_2_with_the_reason(tmp_path, capsys, argv, message):

@@ -33,8 +33,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--runs", type=int, default=1,
                    help="calibrate N times and keep each number's median (default 1; on a "
                         "shared machine 3 or more give a steadier table)")
-    p.add_argument("--merge", action="store_true",
-                   help="merge into an existing --out table (new measurements win)")
+    p.add_argument("--merge", nargs="?", const=True, default=None, metavar="TABLE",
+                   help="merge into an existing table (new measurements win): --out's when "
+                        "given alone, else TABLE (a path or a shipped name: cpu, h200, "
+                        "ascend910b)")
+    p.add_argument("--from-profile", type=Path, default=None, metavar="PATH",
+                   help="read op times from a profile instead of timing ops: a torch.profiler "
+                        "Chrome trace (export_chrome_trace, record_shapes=True) or a torch_npu "
+                        "profiler folder (*_ascend_pt); MODEL_SPECs, if given, get a coverage "
+                        "report")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     g = p.add_argument_group("collectives (link fits of the alpha-beta model)")
     g.add_argument("--collectives", action="store_true",
@@ -52,6 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.collectives:
         return run_collectives(args)
+    if args.from_profile is not None:
+        return run_from_profile(args)
     if not args.model_spec:
         raise ValueError("give at least one MODEL_SPEC (or --collectives for link fits)")
     from autostream.calibration import calibrate_graphs, to_device
@@ -65,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--runs must be >= 1")
     device = available_device(args.device)
     existing = None
-    if args.merge and args.out.exists():
+    if isinstance(args.merge, str):
+        existing = _merge_table(args.merge, device.type)
+    elif args.merge and args.out.exists():
         existing = CostTable.load(args.out, expect_kind=device.type)
 
     from autostream.capture import capture_graphs
@@ -88,6 +99,42 @@ def run(args: argparse.Namespace) -> int:
           f" ({len(table.skipped)} skipped)")
     for s in table.skipped:
         print(f"  skipped {s.op}({s.signature}): {s.reason}", file=sys.stderr)
+    return 0
+
+
+def _merge_table(name: str, kind: str | None = None):
+    from autostream.cost.model import TableCostModel
+
+    return TableCostModel.load(name, device=kind).table
+
+
+def run_from_profile(args: argparse.Namespace) -> int:
+    """``--from-profile``: a table from a profile, with coverage and disagreement reports."""
+    from autostream.capture import capture_graphs
+    from autostream.cost.from_profile import coverage, report, table_from_profile
+    from autostream.modelspec import load_model_spec
+
+    given = [flag for flag, on in (("--runs", args.runs != 1), ("--threads", args.threads),
+                                   ("--isolated", args.isolated), ("--collectives", args.collectives))
+             if on]
+    if given:
+        raise ValueError(f"{', '.join(given)} apply to timing ops, not to --from-profile (which "
+                         "reads the times the profile has); drop them")
+    merge = None
+    if isinstance(args.merge, str):
+        merge = _merge_table(args.merge)
+    elif args.merge and args.out.exists():
+        merge = _merge_table(str(args.out))
+    graphs = []
+    for spec in args.model_spec:
+        model, inputs = load_model_spec(spec)
+        graphs += capture_graphs(model, inputs)
+    result = table_from_profile(args.from_profile, merge=merge, graphs=graphs)
+    result.table.save(args.out)
+    print(f"wrote {args.out}: {len(result.table.entries)} op signatures on "
+          f"{result.table.device['name']}")
+    for line in report(result, coverage(graphs, result.table) if graphs else None):
+        print(line)
     return 0
 
 

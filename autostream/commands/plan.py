@@ -39,6 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "a fraction (0.1), a size (512MiB), both (10%%,2MiB: the larger) or none; "
                    "0 keeps it at one stream's peak (default "
                    f"{DEFAULT_MAX_MEMORY_INCREASE.replace('%', '%%')})")
+    p.add_argument("--core-budgets", action="store_true",
+                   help="also search each side stream's core budget (quarters of the chip) on "
+                        "the contention model and report it with its predicted makespan; "
+                        "reported only, not yet emitted into the graph (models only)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
                    help="also write the figures as JSON to OUT")
     p.set_defaults(func=run)
@@ -109,8 +113,8 @@ def _plain(value: Any) -> bool:
 
 def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
               time_limit: float | None,
-              max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
-              ) -> dict[str, Any]:
+              max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE,
+              core_budgets: bool = False) -> dict[str, Any]:
     """Plan a ``.stg`` file or a model spec and return the summary figures."""
     from autostream.solvers import check_solver_name
 
@@ -121,18 +125,21 @@ def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
         raise ValueError(f"--time-limit must be > 0 seconds, got {time_limit}")
     check_solver_name(solver)
     if spec.endswith(".stg"):
+        if core_budgets:
+            raise ValueError("--core-budgets needs a model (its ops' device shares); a .stg "
+                             "graph has none: drop --core-budgets")
         return plan_stg(spec, streams, solver, time_limit)
     from autostream.modelspec import load_model_spec
 
     model, inputs = load_model_spec(spec)
     return plan_captured(model, inputs, streams, solver, cost_table, time_limit,
-                         max_memory_increase)
+                         max_memory_increase, core_budgets)
 
 
 def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table: str | None,
                   time_limit: float | None,
-                  max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
-                  ) -> dict[str, Any]:
+                  max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE,
+                  core_budgets: bool = False) -> dict[str, Any]:
     """Capture the model's largest graph, run the pass on it (plan, rewrite, verify) and
     return the summary figures; ``pass_seconds`` is all of it but the capture."""
     from autostream.capture import capture_graphs
@@ -151,7 +158,26 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
     summary["solver"] = solver
     summary["solver_stats"] = solver_stats(report.plan.schedule)
     summary["notes"] = list(report.plan.notes)
+    if core_budgets:
+        from autostream.planning import load_cost_model
+
+        profile = getattr(load_cost_model(cost_table), "profile", None)
+        summary["core_budgets"] = budget_summary(report.plan, getattr(profile, "cores", {}))
     return summary
+
+
+def budget_summary(plan: Any, cores: dict[str, int]) -> dict[str, Any]:
+    """The side-stream core budgets searched for ``plan`` (:mod:`autostream.core_budgets`),
+    with the ``limit_core_num`` scope keys when the table has ``cores``."""
+    from autostream.core_budgets import choose_budgets, scope_keys
+
+    s = plan.schedule
+    choice = choose_budgets(plan.problem, s.stream_of, list(s.order))
+    keys = cores.get("cube") and cores.get("vector")
+    return {"budgets": {str(k): v for k, v in choice.budgets.items()},
+            "without_us": choice.without_us, "with_us": choice.with_us,
+            "scope_keys": {str(k): scope_keys(v, cores) for k, v in choice.budgets.items()}
+            if keys else {}}
 
 
 def describe(spec: str, s: dict[str, Any]) -> str:
@@ -178,6 +204,12 @@ def describe(spec: str, s: dict[str, Any]) -> str:
     if "pass_seconds" in s:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in s["stage_seconds"].items() if v)
         lines.append(f"  pass time          {s['pass_seconds']:.2f} s ({stages})")
+    if "core_budgets" in s:
+        b = s["core_budgets"]
+        chosen = ", ".join(f"stream {k}: {v:g} of the chip" for k, v in b["budgets"].items())
+        lines.append(f"  core budgets       {chosen or 'none helps'}: {b['with_us']:.2f} us "
+                     f"against {b['without_us']:.2f} us without (simulator; reported, not "
+                     "emitted)")
     lines += [f"note: {n}" for n in s.get("notes", [])]
     return "\n".join(lines)
 
@@ -198,7 +230,7 @@ def _memory_lines(s: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     summary = plan_spec(args.spec, args.streams, args.solver, args.cost_table, args.time_limit,
-                        args.max_memory_increase)
+                        args.max_memory_increase, args.core_budgets)
     print(describe(args.spec, summary))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=2, default=str) + "\n")

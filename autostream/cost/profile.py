@@ -38,7 +38,9 @@ class DeviceProfile:
     the planner never charges it, but a speed-up predicted over plain eager must.
     ``link_bandwidth`` (bytes/s, bus bandwidth), ``link_latency_us`` and ``link_share``
     are the interconnect's figures for collectives the table has no link fit for
-    (``cost.collectives``; 0: unknown).
+    (``cost.collectives``; 0: unknown).  ``cores`` counts the compute cores by type
+    (``cube`` and ``vector`` on Ascend, ``sm`` on CUDA; ``cores_source`` cites where the
+    counts come from): a profiled op's device share is its blocks over them.
     """
 
     name: str
@@ -56,6 +58,10 @@ class DeviceProfile:
     link_bandwidth: float = 0.0
     link_latency_us: float = 0.0
     link_share: float = 0.0
+    #: compute cores by type (``cube``/``vector`` on Ascend, ``sm`` on CUDA): an op's
+    #: profiled share is its blocks over its core type's count (empty: unknown)
+    cores: dict[str, int] = field(default_factory=dict)
+    cores_source: str = ""
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -30,6 +30,9 @@ SCHEMA = "autostream.cost_table"
 VERSION = 1
 #: how an entry's median was measured: inside its whole graph, or the op alone in a loop
 TIMINGS = ("graph", "isolated")
+#: where an entry's numbers come from: ``calibrate``'s micro-benchmarks, or a profile
+#: the user took (``calibrate --from-profile``)
+PROVENANCES = ("microbenchmark", "profile")
 
 
 class TableError(ValueError):
@@ -67,6 +70,7 @@ class Entry:
     timing: str = "isolated"
     isolated_us: float | None = None
     time_us: float = -1.0
+    provenance: str = "microbenchmark"
 
     def __post_init__(self) -> None:
         if self.time_us < 0:  # tables without a separate planning time use the median
@@ -103,7 +107,7 @@ class CostTable:
         prof = self.profile.to_json()
         for k in ("name", "kind", "origin", "notes", "extra"):
             prof.pop(k)
-        for k in ("link_bandwidth", "link_latency_us", "link_share"):
+        for k in ("link_bandwidth", "link_latency_us", "link_share", "cores", "cores_source"):
             if not prof[k]:  # optional: tables without link figures stay as they were
                 prof.pop(k)
         links = {"links": [_link_json(f) for f in sorted(self.links, key=lambda f: f.key)]}
@@ -112,7 +116,7 @@ class CostTable:
             "version": VERSION,
             "device": dict(self.device),
             "profile": prof,
-            "entries": [asdict(e) for e in sorted(self.entries, key=lambda e: e.key)],
+            "entries": [_entry_json(e) for e in sorted(self.entries, key=lambda e: e.key)],
             "skipped": [asdict(s) for s in sorted(self.skipped, key=lambda s: (s.op, s.signature))],
             **(links if self.links else {}),
         }
@@ -195,6 +199,9 @@ class CostTable:
             link_bandwidth=v.time(prof.get("link_bandwidth", 0.0), "profile.link_bandwidth"),
             link_latency_us=v.time(prof.get("link_latency_us", 0.0), "profile.link_latency_us"),
             link_share=v.unit(prof.get("link_share", 0.0), "profile.link_share"),
+            cores={k: int(v.positive(n, f"profile.cores.{k}"))
+                   for k, n in v.mapping(prof.get("cores", {}), "profile.cores").items()},
+            cores_source=str(prof.get("cores_source", "")),
             notes=str(dev.get("notes", "")),
         )
         entries = []
@@ -219,6 +226,8 @@ class CostTable:
                 isolated_us=(None if e.get("isolated_us") is None
                              else v.time(e["isolated_us"], f"{f}.isolated_us")),
                 time_us=v.time(e.get("time_us", e["median_us"]), f"{f}.time_us"),
+                provenance=v.choice(e.get("provenance", "microbenchmark"), f"{f}.provenance",
+                                    PROVENANCES),
             )
             if entry.key in seen:
                 raise TableError(source, f"{f}.signature",
@@ -280,6 +289,13 @@ class CostTable:
         dev = {"name": profile.name, "kind": profile.kind, "origin": profile.origin,
                "notes": profile.notes, **device}
         return cls(device=dev, profile=profile)
+
+
+def _entry_json(e: Entry) -> dict[str, Any]:
+    out = asdict(e)
+    if e.provenance == "microbenchmark":  # optional: tables written before it stay as they were
+        out.pop("provenance")
+    return out
 
 
 def _link_json(fit: LinkFit) -> dict[str, Any]:
