@@ -97,7 +97,7 @@ def test_zoo_sanitized_threads_find_no_race(rewritten_zoo):
     # (a matmul on one thread and on two differ in their last bits)
     reference = {}
     for name, (gm, args, _, _) in rewritten_zoo.items():
-        with ThreadsRunner(gm, trace_segments=False) as runner:
+        with ThreadsRunner(gm, segments=False) as runner:
             reference[name] = runner(*args)
     for name, (gm, args, _, _) in rewritten_zoo.items():
         with ThreadsRunner(gm, sanitize=config) as runner:

@@ -144,7 +144,7 @@ def test_every_runtime_wraps_op_failures_naming_op_and_stream():
         done = b.record()
     b.wait(done)
     gm = b.finish(bad)
-    runners = [SequentialRunner(gm), ThreadsRunner(gm, trace_segments=False),
+    runners = [SequentialRunner(gm), ThreadsRunner(gm, segments=False),
                StreamsRunner(gm, api=RecordingAPI)]
     for runner in runners:
         with pytest.raises(StreamRuntimeError, match=r"op 'mm_default' \(mm\.default\) on the "
