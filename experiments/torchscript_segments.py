@@ -153,7 +153,7 @@ class TorchScriptSegments:
                                          check_trace=False, strict=False)
                 runs = [traced(*args) for _ in range(_runs_to_optimise())]
         except Exception as exc:  # noqa: BLE001 - tracing is an optimisation only
-            return f"torch.jit.trace refused it ({type(exc).__name__})"
+            return f"torch.jit.trace refused it ({type(exc).__name__}: {str(exc).strip()[:150]})"
         for again in runs:
             again = list(again) if isinstance(again, (tuple, list)) else [again]
             if not _identical(again, reference):
