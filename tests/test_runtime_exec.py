@@ -291,13 +291,12 @@ def test_side_streams_run_in_the_callers_grad_mode(monkeypatch):
         seen.append((threading.current_thread().name, torch.is_grad_enabled()))
         return real_run_node(gm, node, env)
 
-    # every runtime runs its ops through execute.run_op; a traced segment would hide
-    # its ops from the spy: inputs that record autograd history are never run traced,
-    # and the first call runs op by op
+    # every op run through execute.run_op (segments off: their functions would hide the
+    # ops from the spy; the outputs' requires_grad checks them)
     monkeypatch.setattr(execute_module, "run_node", spy)
     gm, inputs = two_chains(depth=2, rows=4, width=8, streams=2)
     inputs = tuple(t.requires_grad_() for t in inputs)
-    with make_runner(gm, "threads") as runner:
+    with make_runner(gm, "threads", segments=False) as runner:
         for grad in (False, True):
             seen.clear()
             with torch.set_grad_enabled(grad):

@@ -118,6 +118,12 @@ def count_segments(program: StreamProgram) -> int:
                for item in split_segments(program, k, min_ops=1))
 
 
+def _reads_nodes(arg: Any) -> bool:
+    found = []
+    torch.fx.node.map_arg(arg, found.append)
+    return bool(found)
+
+
 class _Source:
     """The lines and global names of one generated function."""
 
@@ -136,12 +142,17 @@ class _Source:
         """``arg`` as an expression: nodes by their local, containers rebuilt each call."""
         if isinstance(arg, torch.fx.Node):
             return self.names[arg]
-        if type(arg) in (list, tuple):
+        if isinstance(arg, (list, tuple, dict, slice)) and not _reads_nodes(arg):
+            # what ``map_arg`` would rebuild, minus the nodes: immutable, bound once
+            return self.bind(torch.fx.node.map_aggregate(arg, lambda a: a))
+        if isinstance(arg, tuple) and hasattr(arg, "_fields"):  # a named tuple
+            return f"{self.bind(type(arg))}({''.join(f'{self.expr(a)}, ' for a in arg)})"
+        if isinstance(arg, (list, tuple)):
             items = "".join(f"{self.expr(a)}, " for a in arg)
-            return f"[{items}]" if type(arg) is list else f"({items})"
-        if type(arg) is dict:
+            return f"[{items}]" if isinstance(arg, list) else f"({items})"
+        if isinstance(arg, dict):
             return "{" + "".join(f"{self.bind(k)}: {self.expr(v)}, " for k, v in arg.items()) + "}"
-        if type(arg) is slice:
+        if isinstance(arg, slice):
             return f"slice({self.expr(arg.start)}, {self.expr(arg.stop)}, {self.expr(arg.step)})"
         return self.bind(arg)
 
