@@ -71,13 +71,13 @@ class FreshTensors(torch.nn.Module):
         self.a, self.b = torch.nn.Linear(width, width), torch.nn.Linear(width, width)
 
     def forward(self, x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        h = torch.relu(self.a(x))
+        h, g = torch.relu(self.a(x)), torch.tanh(self.b(x))  # bfloat16 under autocast
         rows, width = x.shape
-        sums = torch.zeros(8, width, dtype=x.dtype).index_add_(0, idx, torch.tanh(self.b(x)))
+        sums = torch.zeros(8, width, dtype=g.dtype).index_add_(0, idx, g)
         scale = torch.full((rows, 1), 2.0, dtype=x.dtype)
-        ones = torch.ones(8, width, dtype=x.dtype).add_(sums)
+        ones = torch.ones(8, width, dtype=g.dtype).add_(sums)
         ramp = torch.arange(width, dtype=x.dtype).view(1, width).mul_(0.5)
-        half = torch.empty(rows, width, dtype=x.dtype).fill_(0.5)
+        half = torch.empty(rows, width, dtype=h.dtype).fill_(0.5)
         return h * scale, sums, scale, ones, ramp, half.add_(h)
 
 
