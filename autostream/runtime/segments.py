@@ -139,7 +139,7 @@ class _Source:
         return name
 
     def expr(self, arg: Any) -> str:
-        """``arg`` as an expression: nodes by their local, containers rebuilt each call."""
+        """``arg`` as an expression: nodes by their local, containers of nodes rebuilt each call."""
         if isinstance(arg, torch.fx.Node):
             return self.names[arg]
         if isinstance(arg, (list, tuple, dict, slice)) and not _reads_nodes(arg):
