@@ -169,15 +169,40 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0][:120] if text else ''}"
 
 
+def _edit(outputs: list[torch.Tensor], inputs: tuple) -> None:
+    """Add 1 to every floating output not sharing storage with an input, as a caller may."""
+    held = {t.untyped_storage().data_ptr() for t in _tensors(inputs)}
+    with torch.no_grad():
+        for t in outputs:
+            if t.is_floating_point() and t.untyped_storage().data_ptr() not in held:
+                t.add_(1)
+
+
+def _edited_later(kept: list[tuple[list[torch.Tensor], list[torch.Tensor]]]) -> str:
+    """The first earlier output that later calls left different from eager's same output
+    (a later call may write an earlier output only where eager's does too: a cache)."""
+    for call, (got, expected) in enumerate(kept):
+        why = _first_difference(got, expected, f"after the last call, call {call} output")
+        if why:
+            return why
+    return ""
+
+
 def check_against_eager(factory: Callable[[], tuple[torch.nn.Module, tuple]], mode: str,
-                        calls: int = 3, **options: Any) -> Check:
-    """Compile ``factory()``'s model with ``backend(**options)``; ``calls`` calls beside eager."""
+                        calls: int = 3, edit_outputs: bool = False, **options: Any) -> Check:
+    """Compile ``factory()``'s model with ``backend(**options)``; ``calls`` calls beside eager.
+
+    ``edit_outputs``: after each call the caller adds 1 to both sides' floating outputs
+    (those not sharing storage with an input), and after the last call every earlier
+    call's outputs must still match eager's.
+    """
     model, inputs = factory()
     eager, compiled_model = copy.deepcopy(model), copy.deepcopy(model)
     torch._dynamo.reset()
     be = backend(**options)
     compiled = torch.compile(compiled_model, backend=be)
     training, mismatch, bitwise = mode == "training", "", True
+    kept: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
     try:
         for call in range(calls):
             with mode_context(mode):
@@ -194,6 +219,12 @@ def check_against_eager(factory: Callable[[], tuple[torch.nn.Module, tuple]], mo
             bitwise = bitwise and exact
             if mismatch:
                 break
+            if edit_outputs:
+                with mode_context(mode):
+                    _edit(got, inputs)
+                    _edit(expected, inputs)
+                kept.append((got, expected))
+        mismatch = mismatch or _edited_later(kept)
     finally:
         torch._dynamo.reset()
     lifts = list(be.lifts)

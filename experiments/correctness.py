@@ -3,14 +3,18 @@
 Each case is :func:`autostream.equivalence.check_against_eager`: a deep copy of the model
 compiled with ``autostream.backend(max_streams=2, cost_table="h200", measure=0)`` (the
 H200 table forces multi-stream plans on these small models; ``measure=0`` always runs
-the plan), called three times beside another deep copy run eagerly; outputs (values,
+the plan), called ``CALLS`` times beside another deep copy run eagerly; outputs (values,
 dtypes, inference tensors), buffers and caches after each call, and gradients in
 training steps must match within rounding (``autostream.equivalence``), and each case says
-whether they were also equal bit for bit.  Modes: ``no_grad``, ``inference_mode``, ``autocast_bf16``
+whether they were also equal bit for bit.  Between calls the caller adds 1 to every floating
+output on both sides, and after the last call every earlier output must still match eager's
+(a runtime keeping a tensor between calls would hand it out again).  Modes: ``no_grad``,
+``inference_mode``, ``autocast_bf16``
 (under ``no_grad``) and ``training`` (a backward pass; models stay in eval mode, so no
 dropout draws random numbers).  Models: the zoo (``autostream.zoo.ZOO``), the zoo's
-``running_stats`` model (a functional batch norm updating buffers other branches read)
-and the transformers zoo (``autostream.hf_zoo``, every cache mode) when ``transformers``
+``running_stats`` model (a functional batch norm updating buffers other branches read),
+``fresh_tensors`` (branches making tensors with ``zeros``, ``ones``, ``full``, ``arange``
+and ``empty``, written in place and returned) and the transformers zoo (``autostream.hf_zoo``, every cache mode) when ``transformers``
 is installed.
 
 Prints markdown tables: mismatches (the target is 0), cases equal bit for bit and within
@@ -42,7 +46,10 @@ from autostream.solvers import SOLVERS
 from experiments.headline import Headline, record
 
 RUNTIMES = ("threads", "sequential")
-QUICK_MODELS = ("multihead", "running_stats", "llama:decode", "bert:none", "qwen3_moe:prefill")
+#: calls per case: segments that kept a tensor between calls returned it from the third on
+CALLS = 4
+QUICK_MODELS = ("multihead", "running_stats", "fresh_tensors", "llama:decode", "bert:none",
+                "qwen3_moe:prefill")
 QUICK_SOLVERS = ("cpsat", "heft")
 
 
@@ -60,10 +67,35 @@ class Result:
     check: Check
 
 
+class FreshTensors(torch.nn.Module):
+    """Two branches making tensors with factory ops, writing them in place, returning them."""
+
+    def __init__(self, width: int = 256) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(width, width), torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        h, g = torch.relu(self.a(x)), torch.tanh(self.b(x))  # bfloat16 under autocast
+        rows, width = x.shape
+        sums = torch.zeros(8, width, dtype=g.dtype).index_add_(0, idx, g)
+        scale = torch.full((rows, 1), 2.0, dtype=x.dtype)
+        ones = torch.ones(8, width, dtype=g.dtype).add_(sums)
+        ramp = torch.arange(width, dtype=x.dtype).view(1, width).mul_(0.5)
+        half = torch.empty(rows, width, dtype=h.dtype).fill_(0.5)
+        return h * scale, sums, scale, ones, ramp, half.add_(h)
+
+
+def fresh_tensors(rows: int = 16, width: int = 256) -> tuple[torch.nn.Module, tuple]:
+    """:class:`FreshTensors` and its inputs (``idx``: each row's target among 8)."""
+    torch.manual_seed(3)
+    return FreshTensors(width).eval(), (torch.randn(rows, width), torch.randint(0, 8, (rows,)))
+
+
 def models(names: list[str] | None = None) -> dict[str, Callable[[], tuple[Any, tuple]]]:
     """name -> factory of every model swept (``hf`` models as ``name:cache``)."""
     out: dict[str, Callable[[], tuple[Any, tuple]]] = {**zoo.ZOO,
-                                                        "running_stats": zoo.running_stats_model}
+                                                        "running_stats": zoo.running_stats_model,
+                                                        "fresh_tensors": fresh_tensors}
     for name in hf_zoo.available():
         caches = ("none",) if name == "bert" else hf_zoo.CACHE_MODES
         for cache in caches:
@@ -176,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         for mode in args.modes:
             for solver in solvers:
                 for runtime in args.runtimes:
-                    check = check_against_eager(factory, mode, max_streams=2,
+                    check = check_against_eager(factory, mode, calls=CALLS, edit_outputs=True,
+                                                max_streams=2,
                                                 cost_table="h200", measure=0, runtime=runtime,
                                                 solver=solver, time_limit=args.time_limit,
                                                 deterministic=args.deterministic)

@@ -93,9 +93,10 @@ EXPERIMENTS = (
                "Two ranks on gloo: eager, compiled single-stream, autostream (as planned, and "
                "as the backend chooses) and the hand-written overlap of collectives, side by "
                "side, with the prediction."),
-    Experiment("overlap.py", "Overlap ceiling and traced segments",
+    Experiment("overlap.py", "Overlap ceiling and segments",
                "What two CPU streams can gain at most per model (two copies of its graph), and "
-               "plans run with ops called from Python against traced segments.",
+               "plans run with ops through the interpreter loop, as generated segment functions "
+               "(the runtime's default) and as the former TorchScript traces, in one run.",
                ("--runs", "5", "--warmup", "1")),
     Experiment("deterministic.py", "Bitwise equal to eager: what deterministic=True costs",
                "The threads runtime with and without deterministic=True (every op with "

@@ -461,15 +461,15 @@ def test_measured_choice_decides_on_the_agreed_medians():
     assert choice.choice == "single"
 
 
-def test_communication_never_joins_a_traced_segment():
+def test_communication_never_joins_a_segment():
     from autostream.runtime.program import parse_program
     from autostream.runtime.segments import Segment, split_segments
 
     order = ("all_reduce", "mm0", "tanh0", "all_reduce_1", "wait_tensor", "wait_tensor_1", "add")
     gm, _ = _rewritten(dict.fromkeys(order, 0), order)
     items = split_segments(parse_program(gm), 0)
-    traced = [n for item in items if isinstance(item, Segment) for n in item.names]
-    assert traced == ["mm0", "tanh0"]
+    in_segments = [n for item in items if isinstance(item, Segment) for n in item.names]
+    assert in_segments == ["mm0", "tanh0"]
 
 
 @pytest.mark.parametrize("name", ["ep_moe", "fsdp", "probe", "two_allreduces"])

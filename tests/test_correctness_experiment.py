@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from autostream.equivalence import Check
+import pytest
+
+from autostream.equivalence import Check, check_against_eager
 from experiments import correctness, headline
 
 
@@ -40,3 +42,22 @@ def test_one_real_case_runs_matches_and_records_its_headline_rows(capsys, tmp_pa
     assert (mismatches.measured, mismatches.met) == ("0", True)
     assert exact.measured == "1 / 0 of 1"
     assert (applied.measured, applied.met) == ("1 / 1 of 1", None)
+
+
+@pytest.mark.slow
+def test_the_sweep_catches_segments_that_hand_out_one_tensor_on_every_call(monkeypatch):
+    """``fresh_tensors`` with outputs edited between calls: exact on the runtime, a mismatch
+    on the former TorchScript segments (kept in ``experiments/`` for timing only)."""
+    import autostream.runtime.threads as threads_module
+    from experiments.torchscript_segments import TorchScriptSegments
+
+    def check() -> Check:
+        return check_against_eager(correctness.fresh_tensors, "no_grad",
+                                   calls=correctness.CALLS, edit_outputs=True, max_streams=2,
+                                   cost_table="h200", measure=0, runtime="threads",
+                                   solver="cpsat", time_limit=2.0)
+
+    exact = check()
+    assert exact.applied and exact.mismatch == ""
+    monkeypatch.setattr(threads_module, "SegmentRunner", TorchScriptSegments)
+    assert check().mismatch.startswith("call 2 output")

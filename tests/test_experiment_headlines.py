@@ -90,9 +90,10 @@ def test_speedup_rows_skip_the_probes_and_judge_gemv_floor_and_prediction():
 
 
 def test_overlap_rows_only_inform():
-    row = overlap.Row("moe", 40, 1.0, 1.2, 1.4)
+    row = overlap.Row("moe", 40, 1.0, 1.2, 1.4, 1.6)
     [line] = overlap.headlines([row])
-    assert line.met is None and line.measured.startswith("1.40x traced")
+    assert line.met is None and line.measured == (
+        "1.40x segments, 1.20x ops from Python, 1.60x former TorchScript segments")
 
 
 def test_distributed_rows_hold_autostream_to_the_compiled_ceiling_only_where_it_gains():

@@ -37,8 +37,7 @@ def test_lifted_plan_computes_what_the_model_computes(name):
         expected = as_tuple(model(*inputs))
         for runtime in ("threads", "sequential"):
             runner = make_runner(lifted.gm, runtime)
-            # threads: the first call runs op by op and traces the runs of ops, later
-            # calls run the traced functions
+            # several calls: nothing a call makes may be reused by the next
             for _ in range(3 if runtime == "threads" else 1):
                 got = as_tuple(runner(*graph.dynamo_args))
                 for g, e in zip(got, expected, strict=True):

@@ -82,7 +82,7 @@ def test_zoo_is_mostly_multistream(rewritten_zoo):
 def test_zoo_outputs_equal_eager(rewritten_zoo, kind):
     for name, (gm, args, expected, _) in rewritten_zoo.items():
         runner = make_runner(gm, kind)
-        for _ in range(2):  # threads: op by op, then the traced runs of ops
+        for _ in range(2):  # a second call: nothing of the first may be reused
             got = runner(*args)
             _assert_same(got[: len(expected)] if isinstance(got, (list, tuple)) else got,
                          expected, name)
@@ -96,7 +96,7 @@ def test_zoo_sanitized_threads_find_no_race(rewritten_zoo):
     # (a matmul on one thread and on two differ in their last bits)
     reference = {}
     for name, (gm, args, _, _) in rewritten_zoo.items():
-        with ThreadsRunner(gm, trace_segments=False) as runner:
+        with ThreadsRunner(gm, segments=False) as runner:
             reference[name] = runner(*args)
     for name, (gm, args, _, _) in rewritten_zoo.items():
         with ThreadsRunner(gm, sanitize=config) as runner:
@@ -369,13 +369,12 @@ def test_side_streams_run_in_the_callers_grad_mode(monkeypatch):
         seen.append((threading.current_thread().name, torch.is_grad_enabled()))
         return real_run_node(gm, node, env)
 
-    # every runtime runs its ops through execute.run_op; a traced segment would hide
-    # its ops from the spy: inputs that record autograd history are never run traced,
-    # and the first call runs op by op
+    # every op run through execute.run_op (segments off: their functions would hide the
+    # ops from the spy; the outputs' requires_grad checks them)
     monkeypatch.setattr(execute_module, "run_node", spy)
     gm, inputs = two_chains(depth=2, rows=4, width=8, streams=2)
     inputs = tuple(t.requires_grad_() for t in inputs)
-    with make_runner(gm, "threads") as runner:
+    with make_runner(gm, "threads", segments=False) as runner:
         for grad in (False, True):
             seen.clear()
             with torch.set_grad_enabled(grad):

@@ -143,7 +143,7 @@ def test_every_runtime_raises_the_ops_own_error_naming_op_and_stream():
         done = b.record()
     b.wait(done)
     gm = b.finish(bad)
-    runners = [SequentialRunner(gm), ThreadsRunner(gm, trace_segments=False),
+    runners = [SequentialRunner(gm), ThreadsRunner(gm, segments=False),
                StreamsRunner(gm, api=RecordingAPI)]
     for runner in runners:
         with pytest.raises(RuntimeError) as info:

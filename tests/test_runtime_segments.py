@@ -1,4 +1,5 @@
-"""Traced stream segments: where they split, that they stay exact, and what is never traced."""
+"""Stream segments as generated functions: where they split, that they stay exact, and that
+nothing they make is shared between calls."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from autostream.runtime.segments import Segment, split_segments
 from tests.helpers import as_tuple
 
 mm, tanh, add = torch.ops.aten.mm.default, torch.ops.aten.tanh.default, torch.ops.aten.add.Tensor
+A = torch.ops.aten
 
 
 def segments_of(runner: ThreadsRunner) -> list[Segment]:
@@ -36,146 +38,95 @@ def test_segments_are_the_op_runs_between_syncs_with_their_live_values():
 
 
 @pytest.mark.parametrize("streams", [2, 3])
-def test_traced_segments_give_the_ops_results_on_every_call(streams):
+def test_segments_give_the_ops_results_on_every_call(streams):
     gm, inputs = fork_join(streams=streams, size=16, depth=3)
     expected = SequentialRunner(gm)(*inputs)
     with ThreadsRunner(gm) as runner:
-        first = runner(*inputs)
-        segs = segments_of(runner)
-        assert segs and all(s.status == "traced" for s in segs), [s.status for s in segs]
-        for _ in range(3):
+        assert segments_of(runner) and all(s.function for s in segments_of(runner))
+        for _ in range(4):
             again = runner(*inputs)
             torch.testing.assert_close(as_tuple(again), as_tuple(expected), rtol=0, atol=0)
-    torch.testing.assert_close(as_tuple(first), as_tuple(expected), rtol=0, atol=0)
 
 
-def _record_ops_run_from_python(monkeypatch) -> list[str]:
-    """Names of the segment ops run op by op from now on (a traced segment runs none)."""
-    import autostream.runtime.segments as segments_module
+def test_segment_ops_never_go_through_the_interpreter_loop(monkeypatch):
+    import autostream.runtime.threads as threads_module
 
-    ran: list[str] = []
-    real = segments_module.run_op
-    monkeypatch.setattr(segments_module, "run_op",
-                        lambda g, step, e: ran.append(step.node.name) or real(g, step, e))
-    return ran
-
-
-def test_traced_function_is_what_runs_after_the_first_call(monkeypatch):
     gm, inputs = two_chains(depth=3, rows=4, width=8, streams=2)
     with ThreadsRunner(gm) as runner:
-        runner(*inputs)
-        ran = _record_ops_run_from_python(monkeypatch)
+        in_segments = {n for s in segments_of(runner) for n in s.names}
+        ran: list[str] = []
+        real = threads_module.run_op
+        monkeypatch.setattr(threads_module, "run_op",
+                            lambda g, step, e: ran.append(step.node.name) or real(g, step, e))
         out = runner(*inputs)
-    assert ran == []  # no op of a segment went through Python
+    assert in_segments and ran and not in_segments & set(ran)
     torch.testing.assert_close(as_tuple(out), as_tuple(gm(*inputs)), rtol=0, atol=0)
 
 
-def test_new_shapes_run_op_by_op_and_stay_correct(monkeypatch):
-    gm, inputs = two_chains(depth=3, rows=4, width=8, streams=2)
-    wider = (torch.randn(5, 8), torch.randn(5, 8), *inputs[2:])
-    with ThreadsRunner(gm) as runner:
-        runner(*inputs)
-        ran = _record_ops_run_from_python(monkeypatch)
-        out = runner(*wider)
-        traced_ops = {n for s in segments_of(runner) for n in s.names}
-    assert traced_ops and traced_ops <= set(ran)  # every op of every segment, from Python
-    torch.testing.assert_close(as_tuple(out), as_tuple(gm(*wider)), rtol=0, atol=0)
-
-
-def test_ops_of_a_failing_traced_segment_rerun_and_name_the_op_that_fails():
+def test_an_op_failing_in_a_segment_is_named_with_its_stream():
     gm, inputs = two_chains(depth=3, rows=4, width=8, streams=2)
     with ThreadsRunner(gm) as runner:
         runner(*inputs)
-        seg = next(s for s in segments_of(runner) if s.stream == 1)
-
-        def broken(*args):
-            raise RuntimeError("traced function broke")
-
-        seg.compiled = broken
-        out = runner(*inputs)  # the ops themselves still work
-        torch.testing.assert_close(as_tuple(out), as_tuple(gm(*inputs)), rtol=0, atol=0)
-        assert seg.compiled is None and "raised RuntimeError" in seg.status
         bad = (*inputs[:1], torch.randn(4, 7), *inputs[2:])  # y: 7 columns, b0 wants 8
-        with pytest.raises(RuntimeError, match=r"op 'mm_default'.*stream_1"):  # its note
+        with pytest.raises(RuntimeError, match=r"shapes cannot be multiplied") as info:
             runner(*bad)
-
-
-def test_every_run_up_to_the_optimised_graph_is_verified(monkeypatch):
-    """TorchScript optimises a traced graph on a later call; that graph must match too."""
-    from autostream.runtime import segments as segments_module
-
-    real_trace = torch.jit.trace
-
-    def trace_whose_optimised_run_is_wrong(module, args, **kwargs):
-        traced = real_trace(module, args, **kwargs)
-        calls = []
-
-        def run(*a):
-            calls.append(1)
-            out = traced(*a)
-            return out if len(calls) < segments_module._runs_to_optimise() else out * 2
-
-        run.forward = run
-        return run
-
-    monkeypatch.setattr(segments_module.torch.jit, "trace", trace_whose_optimised_run_is_wrong)
-    gm, inputs = two_chains(depth=3, rows=4, width=8, streams=2)
-    with ThreadsRunner(gm) as runner:
-        out = runner(*inputs)
-        torch.testing.assert_close(as_tuple(out), as_tuple(gm(*inputs)), rtol=0, atol=0)
-        assert segments_module._runs_to_optimise() >= 2
-        statuses = {s.status for s in segments_of(runner)}
-        assert statuses == {"the traced function's outputs differ from the ops'"}, statuses
-        assert all(s.compiled is None for s in segments_of(runner))
+        assert any("op 'mm_default'" in n and "stream_1" in n for n in info.value.__notes__)
+        torch.testing.assert_close(as_tuple(runner(*inputs)), as_tuple(gm(*inputs)),
+                                   rtol=0, atol=0)  # still usable
 
 
 def _graph_with(fn_name: str):
-    """Main stream: x -> op -> tanh -> mm, side stream: y @ w twice; ``op`` given by name."""
+    """Main stream: x -> op -> tanh -> mm, side stream: y @ w twice; ``op`` given by name
+    (``bernoulli`` takes a generator as a fourth input)."""
     b = DialectBuilder()
     x, y, w = b.input("x"), b.input("y"), b.input("w")
+    generator = b.input("generator") if fn_name == "bernoulli" else None
     with b.stream(1):
         v = b.call(tanh, b.call(mm, y, w))
         token = b.record()
     if fn_name == "add_":
-        u = b.call(torch.ops.aten.add_.Tensor, x, x)  # writes its input
-    elif fn_name == "dropout":
-        u = b.call(torch.ops.aten.bernoulli.p, x, 0.5)  # RNG: keeps program order
+        u = b.call(A.add_.Tensor, x, x)  # writes its input
     else:
-        u = b.call(torch.ops.aten.neg.default, x)
+        u = b.call(A.bernoulli.p, x, 0.5, generator=generator)  # RNG: keeps program order
     u = b.call(mm, b.call(tanh, u), w)
     b.wait(token)
     return b.finish(b.call(add, u, v))
 
 
-@pytest.mark.parametrize("op, why", [("add_", "may write its inputs"),
-                                     ("dropout", "keeps program order")])
-def test_segments_with_writes_or_rng_run_op_by_op(op, why):
-    gm = _graph_with(op)
+def test_a_segment_writing_its_input_writes_once_per_call():
+    gm = _graph_with("add_")
     inputs = (torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 4))
     with ThreadsRunner(gm) as runner:
-        main = next(s for s in segments_of(runner) if s.stream == 0)
-        assert why in main.status  # decided before any call
-        side = next(s for s in segments_of(runner) if s.stream == 1)
-        if op == "add_":
-            x = inputs[0].clone()
+        assert any("add__tensor" in s.names for s in segments_of(runner))
+        x = inputs[0].clone()
+        for calls in (1, 2, 3):
             runner(x, *inputs[1:])
-            torch.testing.assert_close(x, inputs[0] * 2)  # written once, not twice
-        else:
-            runner(*inputs)
-        assert side.status == "traced"
+            torch.testing.assert_close(x, inputs[0] * 2 ** calls, rtol=0, atol=0)
 
 
-def test_inputs_recording_autograd_history_are_never_traced():
-    gm, inputs = two_chains(depth=2, rows=4, width=8, streams=2)
-    inputs = tuple(t.clone().requires_grad_() for t in inputs)
+def test_a_segment_drawing_random_numbers_draws_as_the_graph_does():
+    inputs = (torch.rand(4, 4), torch.randn(4, 4), torch.randn(4, 4))
+    mine, theirs = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    gm = _graph_with("bernoulli")
     with ThreadsRunner(gm) as runner:
-        out = runner(*inputs)
-        assert {s.status for s in segments_of(runner)} == {"an input requires grad"}
-    as_tuple(out)[0].sum().backward()
-    assert inputs[0].grad is not None
+        for _ in range(3):
+            torch.testing.assert_close(runner(*inputs, mine), gm(*inputs, theirs), rtol=0, atol=0)
 
 
-def test_non_tensor_outputs_are_not_traced():
+def test_inputs_recording_autograd_history_get_gradients():
+    gm, inputs = two_chains(depth=2, rows=4, width=8, streams=2)
+    grads = []
+    for runner in (ThreadsRunner(gm), gm):
+        leaves = tuple(t.clone().requires_grad_() for t in inputs)
+        as_tuple(runner(*leaves))[0].sum().backward()
+        grads.append([t.grad for t in leaves])
+        getattr(runner, "close", lambda: None)()
+    assert grads[0][0] is not None
+    for g, e in zip(*grads, strict=True):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+
+
+def test_non_tensor_outputs_leave_a_segment():
     b = DialectBuilder()
     x, y = b.input("x"), b.input("y")
     with b.stream(1):
@@ -187,14 +138,63 @@ def test_non_tensor_outputs_are_not_traced():
     inputs = (torch.randn(3, 3), torch.randn(5, 3))
     with ThreadsRunner(gm) as runner:
         out = runner(*inputs)
-        side = next(s for s in segments_of(runner) if s.stream == 1)
-        assert "not a tensor" in side.status
+        assert any(s.stream == 1 for s in segments_of(runner))
     torch.testing.assert_close(as_tuple(out)[0], torch.tanh(torch.tanh(inputs[0])) * 5)
 
 
-def test_trace_segments_off_runs_every_op_from_python():
+def test_segments_off_runs_every_op_through_the_loop():
     gm, inputs = two_chains(depth=3, rows=4, width=8, streams=2)
-    with ThreadsRunner(gm, trace_segments=False) as runner:
+    with ThreadsRunner(gm, segments=False) as runner:
         out = runner(*inputs)
         assert segments_of(runner) == []
     torch.testing.assert_close(as_tuple(out), as_tuple(gm(*inputs)), rtol=0, atol=0)
+
+
+def factory_graph() -> torch.fx.GraphModule:
+    """A side stream making tensors with factory ops, then (after a record) writing most of
+    them in place; everything returned.
+
+    Inputs ``x`` (4x3), ``w`` (3x3), ``y`` (4x3), ``idx`` (4 rows of 0..3), a generator.
+    """
+    b = DialectBuilder()
+    x, w, y, idx = b.input("x"), b.input("w"), b.input("y"), b.input("idx")
+    generator = b.input("generator")
+    f32 = {"dtype": torch.float32}
+    with b.stream(1):
+        zeros = b.call(A.zeros.default, [4, 3], **f32)
+        ones = b.call(A.ones.default, [4, 3], **f32)
+        scale = b.call(A.full.default, [4, 1], 2.0, **f32)
+        ramp = b.call(A.view.default, b.call(A.arange.default, 12, **f32), [4, 3])
+        made = b.record()  # the writes below are a segment of their own
+        zeros = b.call(A.index_add_.default, zeros, 0, idx, y)
+        ones = b.call(A.mul_.Scalar, ones, 3.0)
+        ramp = b.call(A.add_.Tensor, ramp, y)
+        filled = b.call(A.fill_.Scalar, b.call(A.empty.memory_format, [4, 3], **f32), 1.5)
+        noise = b.call(A.mul_.Scalar, b.call(A.randn.generator, [4, 3], generator=generator), 2.0)
+        token = b.record()
+    u = b.call(tanh, b.call(mm, x, w))
+    b.wait(made, token)
+    return b.finish(b.call(A.mul.Tensor, u, scale), zeros, ones, scale, filled, ramp, noise)
+
+
+def test_factory_ops_in_segments_make_fresh_tensors_on_every_call():
+    """200 calls against the graph run op by op; the caller edits every output in between."""
+    x, w, y = torch.randn(4, 3), torch.randn(3, 3), torch.randn(4, 3)
+    idx = torch.tensor([0, 1, 1, 3])
+    mine, theirs = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    gm = factory_graph()
+    kept = []
+    with ThreadsRunner(gm) as runner:
+        side = [s for s in segments_of(runner) if s.stream == 1]
+        assert [len(s.steps) for s in side] == [5, 7]  # every op is in a segment
+        for call in range(200):
+            got, expected = runner(x, w, y, idx, mine), gm(x, w, y, idx, theirs)
+            for g, e in zip(got, expected, strict=True):
+                assert torch.equal(g, e), f"call {call}"
+            for out in got:
+                out.add_(100.0)  # the caller edits what it was given
+            kept.append((got, [t.clone() for t in got]))
+    for call, (got, snapshot) in enumerate(kept):  # no later call wrote an earlier output
+        assert all(torch.equal(g, s) for g, s in zip(got, snapshot, strict=True)), f"call {call}"
+    storages = [t.untyped_storage().data_ptr() for got, _ in kept for t in got]
+    assert len(set(storages)) == len(storages)  # all alive, so none reused

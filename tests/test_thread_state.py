@@ -63,7 +63,7 @@ def test_side_streams_compute_what_the_calling_thread_computes(mode):
     with make_runner(gm, "threads", deterministic=True) as threads, MODES[mode]():
         expected = reference(*inputs)
         assert expected[0].dtype == (torch.bfloat16 if "autocast" in mode else torch.float32)
-        for _ in range(3):  # op by op, then the traced segments
+        for _ in range(3):
             _same(threads(*inputs), expected)
 
 
@@ -144,7 +144,7 @@ def test_process_wide_settings_need_no_carrying():
     assert seen == {"det": True, "anomaly": True, "dtype": torch.float64}
 
 
-def test_a_segment_that_cannot_be_traced_says_why_in_one_line_and_prints_nothing(capfd):
+def test_segments_of_a_lifted_plan_run_under_autocast_and_print_nothing(capfd):
     from autostream.capture import capture
     from autostream.lift import lift_plan
     from autostream.planning import PlanOptions, plan_graph
@@ -162,10 +162,7 @@ def test_a_segment_that_cannot_be_traced_says_why_in_one_line_and_prints_nothing
         with make_runner(lifted.gm, "threads", deterministic=True) as threads:
             for _ in range(2):
                 _same(as_tuple(threads(*graph.dynamo_args)), expected)
-            statuses = [item.status for items in threads.plan_of.values() for item in items
+            segments = [item for items in threads.plan_of.values() for item in items
                         if isinstance(item, Segment)]
-    assert statuses and all("\n" not in s and len(s) < 300 for s in statuses)
-    if statuses == ["traced"] * len(statuses):  # older torch traces these weights
-        pytest.skip("this torch traces the segments: no refusal to report")
-    assert any("torch.jit.trace refused it" in s for s in statuses)  # weights as constants
+    assert segments and all(s.function is not None for s in segments)
     assert "Traceback" not in capfd.readouterr().err

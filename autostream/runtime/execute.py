@@ -105,11 +105,17 @@ def run_op(gm: torch.nn.Module, step: Step, env: Env) -> Any:
     try:
         return run_node(gm, step.node, env)
     except Exception as exc:
-        note = where_note(step.node, step.stream)
-        add_note(exc, note)
-        if _NOTES_SHOWN or exc.__cause__ is not None or exc.__context__ is not None:
-            raise
-        raise exc from OpLocation(note)  # still ``exc``, with the note shown as its cause
+        reraise_from_op(exc, step)
+
+
+def reraise_from_op(exc: Exception, step: Step) -> None:
+    """Raise ``exc`` again, the same object, with the note naming ``step``'s op and stream
+    (chained as its cause where notes are not shown).  Call it inside ``except``."""
+    note = where_note(step.node, step.stream)
+    add_note(exc, note)
+    if _NOTES_SHOWN or exc.__cause__ is not None or exc.__context__ is not None:
+        raise exc
+    raise exc from OpLocation(note)  # still ``exc``, with the note shown as its cause
 
 
 def fetch_attr(gm: torch.nn.Module, target: str) -> Any:

@@ -1,7 +1,7 @@
 """The interpreter loop every runtime shares: walk a stream's steps, call the runtime's hooks.
 
 A runtime supplies :class:`Hooks`, one method per kind of step: ``op``, ``record``,
-``wait``, ``segment`` (a run of ops the threads runtime traces:
+``wait``, ``segment`` (a run of ops the threads runtime runs as one function:
 :mod:`autostream.runtime.segments`) and ``release``, called after a step with the values
 it frees (``Step.release``, :mod:`autostream.lifetimes`).  What differs between runtimes
 (events, device streams, worker threads, the sanitizer, spans, memory accounting) lives

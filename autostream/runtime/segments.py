@@ -1,84 +1,51 @@
-"""Straight runs of one stream's ops, compiled with TorchScript so the stream runs them without the GIL.
-
-Why: each op called from Python takes the GIL back when it returns.  While another
-stream also runs ops from Python, the two threads hand the GIL to each other around
-every op, and each hand-over waits for a thread to wake up, as long as a small op:
-two streams of small ops called from Python run slower than one, while the same ops
-as traced TorchScript functions, which run their whole graph with the GIL released,
-overlap (``docs/cpu-runtime.md``).
+"""Straight runs of one stream's ops, each run as one generated Python function.
 
 A **segment** is a maximal run of consecutive ops of one stream between two of its
-syncs.  On its first call it runs op by op in Python (the reference), is traced with
-``torch.jit.trace`` on those same inputs, and the traced function is run again and
-compared with the reference, bit for bit: only a segment whose outputs are equal is
-used in later calls.  It is run as many times as TorchScript's profiling executor
-takes to reach its optimised graph (profiled runs, then one that optimises), each
-run compared: the graph that later calls run is the one verified, and the first
-measured calls (``runtime.choice``) do not pay for the optimisation, which makes the
-first calls several times slower.  Never traced (they
-run op by op): segments of fewer than ``min_ops`` ops, ops that may write their
-inputs (running them twice would apply the write twice) or keep program order (RNG,
-side effects), inputs or outputs that are not tensors, inputs recording autograd
-history, and anything ``torch.jit.trace`` refuses.  Communication (collectives,
-waits: ``autostream.comm``) is never part of a segment: it runs op by op, once per
-call, in the order the plan fixed (a trace would issue a collective again).  Later
-calls whose inputs differ in shape or dtype from the traced call's
-run op by op too (a trace may have fixed what the ops computed from them).
+syncs.  Before the first call, each segment becomes a straight-line Python function
+(:func:`segment_source`): one line per op calling its target, pre-resolved (an ATen
+``OpOverload`` as its C++ function), with the node's constant arguments bound once.
+A call reads the segment's inputs from the environment, runs every op once, in
+program order, and stores the values read after it; intermediate values are dropped
+after their last use.  Compared with the op-by-op loop it skips, per op, the
+interpreter's hook dispatch, ``map_arg`` over the node's arguments and the
+environment's look-ups (``docs/cpu-runtime.md`` measures what that buys).
+
+Nothing is kept between calls but the program: every op runs on every call, so a
+factory op (``zeros``, ``full``, ``arange``, ``randn``) makes a fresh tensor each call
+and an op that writes its inputs writes once.  This replaces TorchScript tracing,
+which recorded tensor-less factory ops as constants: from the third call on, a
+traced segment returned one shared tensor, which later in-place writes and callers'
+edits accumulated in.  Communication (collectives, waits: ``autostream.comm``) is
+never part of a segment: it runs op by op, in the order the plan fixed.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-import warnings
-from collections.abc import Sequence
+import keyword
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any, ClassVar
 
 import torch
 import torch.fx
 
-from autostream.call_effects import EFFECTS_KEY
 from autostream.comm import comm_op
-from autostream.graph import op_effects, target_name, writes_inputs_by_name
-from autostream.runtime.execute import Env, load, run_op
+from autostream.runtime.execute import Env, load, reraise_from_op
 from autostream.runtime.program import Step, StreamProgram
-from autostream.thread_state import ThreadState
 
-log = logging.getLogger("autostream")
-
-#: segments shorter than this run op by op (one op already releases the GIL itself)
+#: segments shorter than this run op by op (one op gains nothing from a function)
 MIN_SEGMENT_OPS = 2
-
-#: ``warnings.catch_warnings`` edits the process-wide filters: streams tracing their
-#: first segments at the same time take turns
-_TRACE_LOCK = threading.Lock()
-
-
-def _signature(args: Sequence[Any]) -> list[tuple[Any, Any]] | None:
-    """Shape and dtype of each input (``None`` if one is not a tensor).
-
-    Strides and devices are left out: a trace records ops, which take any strides, and
-    the CPU runtime only sees CPU tensors.
-    """
-    try:
-        return [(a.shape, a.dtype) for a in args]
-    except AttributeError:
-        return None
-
-
-def _records_autograd(args: Sequence[torch.Tensor]) -> bool:
-    return torch.is_grad_enabled() and any(a.requires_grad for a in args)
 
 
 @dataclass
 class Segment:
-    """Consecutive ``op`` steps of one stream, run as one traced function once verified.
+    """Consecutive ``op`` steps of one stream, run as one generated function.
 
     ``inputs``: values the segment reads that are produced elsewhere; ``outputs``:
     values it produces that are read after it (or returned); ``release``: what the
-    stream may drop once the segment has run.  ``status`` is ``"pending"`` before
-    the first call, then ``"traced"`` or the reason it runs op by op.
+    stream may drop once the segment has run.  ``function`` (set by
+    :meth:`SegmentRunner.prepare`) takes the environment and stores the outputs in it.
     """
 
     #: the hook that runs it (:func:`autostream.runtime.interpret.interpret`)
@@ -88,29 +55,13 @@ class Segment:
     inputs: tuple[torch.fx.Node, ...]
     outputs: tuple[torch.fx.Node, ...]
     release: tuple[torch.fx.Node, ...]
-    status: str = "pending"
-    compiled: Any = field(default=None, repr=False)
-    #: shape and dtype of each input when traced: calls with other inputs, or inputs
-    #: recording autograd history, run op by op
-    signature: list | None = field(default=None, repr=False)
-    #: the thread state (grad, inference, autocast) it was traced under
-    state: ThreadState | None = field(default=None, repr=False)
+    function: Callable[[Env], None] | None = field(default=None, repr=False)
+    #: source line of the generated function -> the step it runs (``None``: an input read)
+    lines: dict[int, Step | None] = field(default_factory=dict, repr=False)
 
     @property
     def names(self) -> list[str]:
         return [s.node.name for s in self.steps]
-
-
-def _unsafe_to_repeat(node: torch.fx.Node) -> str | None:
-    if node.op == "call_module":
-        return f"{node.name!r} calls a module"
-    effects = op_effects(node)
-    seen = node.meta.get(EFFECTS_KEY)  # what the call was seen doing (lifted graphs)
-    if effects.writes or (seen.writes if seen else writes_inputs_by_name(node)):
-        return f"{node.name!r} ({target_name(node)}) may write its inputs"
-    if effects.ordered or (seen is not None and seen.ordered):
-        return f"{node.name!r} ({target_name(node)}) keeps program order (RNG or side effect)"
-    return None
 
 
 def _segment(stream: int, steps: list[Step]) -> Segment:
@@ -167,114 +118,160 @@ def count_segments(program: StreamProgram) -> int:
                for item in split_segments(program, k, min_ops=1))
 
 
-def _module(gm: torch.fx.GraphModule, seg: Segment) -> torch.fx.GraphModule:
-    graph = torch.fx.Graph()
-    remap = {n: graph.placeholder(f"in_{i}") for i, n in enumerate(seg.inputs)}
-    for s in seg.steps:
-        remap[s.node] = graph.node_copy(s.node, lambda n: remap[n])
-    graph.output(tuple(remap[n] for n in seg.outputs))
-    return torch.fx.GraphModule(gm, graph)
+def _reads_nodes(arg: Any) -> bool:
+    found = []
+    torch.fx.node.map_arg(arg, found.append)
+    return bool(found)
 
 
-def _runs_to_optimise() -> int:
-    """Calls a traced function takes to reach its optimised graph (profiled runs + 1)."""
-    try:
-        return torch._C._jit_get_num_profiled_runs() + 1
-    except AttributeError:  # private API: assume the default (one profiled run)
-        return 2
+class _Source:
+    """The lines and global names of one generated function."""
+
+    def __init__(self) -> None:
+        self.names: dict[torch.fx.Node, str] = {}
+        self.globals: dict[str, Any] = {}
+        self.bound = 0
+
+    def bind(self, value: Any) -> str:
+        """A global name holding ``value`` (the very object the node holds)."""
+        name, self.bound = f"c{self.bound}", self.bound + 1
+        self.globals[name] = value
+        return name
+
+    def expr(self, arg: Any) -> str:
+        """``arg`` as an expression: nodes by their local, containers of nodes rebuilt each call."""
+        if isinstance(arg, torch.fx.Node):
+            return self.names[arg]
+        if isinstance(arg, (list, tuple, dict, slice)) and not _reads_nodes(arg):
+            # what ``map_arg`` would rebuild, minus the nodes: immutable, bound once
+            return self.bind(torch.fx.node.map_aggregate(arg, lambda a: a))
+        if isinstance(arg, tuple) and hasattr(arg, "_fields"):  # a named tuple
+            return f"{self.bind(type(arg))}({''.join(f'{self.expr(a)}, ' for a in arg)})"
+        if isinstance(arg, (list, tuple)):
+            items = "".join(f"{self.expr(a)}, " for a in arg)
+            return f"[{items}]" if isinstance(arg, list) else f"({items})"
+        if isinstance(arg, dict):
+            return "{" + "".join(f"{self.bind(k)}: {self.expr(v)}, " for k, v in arg.items()) + "}"
+        if isinstance(arg, slice):
+            return f"slice({self.expr(arg.start)}, {self.expr(arg.stop)}, {self.expr(arg.step)})"
+        return self.bind(arg)
+
+    def call(self, node: torch.fx.Node) -> str:
+        args = [self.expr(a) for a in node.args]
+        args += [f"{k}={self.expr(v)}" if k.isidentifier() and not keyword.iskeyword(k)
+                 else f"**{{{self.bind(k)}: {self.expr(v)}}}" for k, v in node.kwargs.items()]
+        if node.op == "call_function":
+            target = node.target
+            # OpOverload.__call__ only forwards to its C++ function: call that directly
+            fn = target._op if type(target) is torch._ops.OpOverload else target
+            return f"{self.bind(fn)}({', '.join(args)})"
+        if node.op == "call_method":
+            self_arg, *rest = args
+            return f"getattr({self_arg}, {self.bind(node.target)})({', '.join(rest)})"
+        if node.op == "call_module":
+            return f"get_submodule({self.bind(node.target)})({', '.join(args)})"
+        raise ValueError(f"cannot run node {node.name!r} of kind {node.op!r}")
 
 
-def _identical(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    return len(a) == len(b) and all(
-        isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dtype == y.dtype
-        and x.shape == y.shape and x.is_inference() == y.is_inference() and torch.equal(x, y)
-        for x, y in zip(a, b, strict=True))
+def segment_source(seg: Segment) -> tuple[str, dict[str, Any], dict[int, Step | None]]:
+    """The generated function's source, its globals, and which step each line runs.
+
+    >>> from autostream.runtime.builder import two_chains
+    >>> from autostream.runtime.program import parse_program
+    >>> gm, _ = two_chains(depth=2, streams=2)
+    >>> seg = split_segments(parse_program(gm), 1)[0]
+    >>> print(segment_source(seg)[0])
+    def segment(env):
+        v0 = env[i0]
+        v1 = env[i1]
+        v2 = env[i2]
+        v3 = c0(v0, v1); v0 = None; v1 = None
+        v4 = c1(v3, v2); v3 = None; v2 = None
+        env[o0] = v4
+    """
+    src = _Source()
+    lines = ["def segment(env):"]
+    where: dict[int, Step | None] = {}
+    for i, node in enumerate(seg.inputs):
+        src.names[node] = f"v{i}"
+        src.globals[f"i{i}"] = node
+        where[len(lines) + 1] = None
+        lines.append(f"    v{i} = env[i{i}]")
+    last_read: dict[torch.fx.Node, int] = {}
+    for j, step in enumerate(seg.steps):
+        for n in step.node.all_input_nodes:
+            last_read[n] = j
+    kept = set(seg.outputs)
+    for j, step in enumerate(seg.steps):
+        node = step.node
+        line = f"    {src.names.setdefault(node, f'v{len(src.names)}')} = {src.call(node)}"
+        if node not in kept and node not in last_read:
+            line += f"; {src.names[node]} = None"  # nothing reads it
+        line += "".join(f"; {src.names[n]} = None" for n in node.all_input_nodes
+                        if last_read[n] == j and n not in kept)
+        where[len(lines) + 1] = step
+        lines.append(line)
+    for i, node in enumerate(seg.outputs):
+        src.globals[f"o{i}"] = node
+        lines.append(f"    env[o{i}] = {src.names[node]}")
+    return "\n".join(lines), src.globals, where
 
 
-def _first_line(exc: BaseException) -> str:
-    """An exception's first line (torch's messages may go on with a whole tensor)."""
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else ""
+def _failed_line(exc: BaseException, code: CodeType) -> int | None:
+    tb = exc.__traceback__
+    line = None
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 class SegmentRunner:
-    """Runs segments (of any stream): op by op on the first call, traced afterwards."""
+    """Runs segments (of any stream) as their generated functions.
+
+    >>> from autostream.runtime.builder import two_chains
+    >>> from autostream.runtime.execute import bind_inputs
+    >>> from autostream.runtime.program import parse_program
+    >>> gm, inputs = two_chains(depth=2, streams=2)
+    >>> program = parse_program(gm)
+    >>> seg = split_segments(program, 1)[0]
+    >>> runner = SegmentRunner(gm); runner.prepare(seg)
+    >>> env = bind_inputs(gm, program, inputs); runner.run(seg, env)
+    >>> [n.name for n in seg.outputs if n in env] == [seg.steps[-1].node.name]
+    True
+    """
 
     def __init__(self, gm: torch.fx.GraphModule):
         self.gm = gm
 
     def prepare(self, seg: Segment) -> None:
-        """Decide, before any call, what rules tracing out."""
-        for s in seg.steps:
-            why = _unsafe_to_repeat(s.node)
-            if why:
-                seg.status = why
-                return
+        """Generate ``seg``'s function (before any call: it reads no values)."""
+        source, scope, seg.lines = segment_source(seg)
+        scope["get_submodule"] = self.gm.get_submodule
+        filename = f"<autostream segment {seg.names[0]}..{seg.names[-1]}>"
+        exec(compile(source, filename, "exec"), scope)  # noqa: S102 - our own generated code
+        seg.function = scope["segment"]
 
-    def run(self, seg: Segment, env: Env, state: ThreadState | None = None) -> None:
-        """Run ``seg`` on ``env``; ``state`` is the thread state the call runs under
-        (a function traced under one state runs only under that state).  What the
-        segment frees (``seg.release``) is left to the caller's loop."""
-        # Little Python between two segments: while this thread runs it, the other
-        # stream's thread, back from its own segment, waits for the GIL.
+    def run(self, seg: Segment, env: Env, state: Any = None) -> None:
+        """Run ``seg`` on ``env`` (``state``: the call's thread state, already in force).
+
+        What the segment frees (``seg.release``) is left to the caller's loop.  An op
+        that fails raises its own exception, with a note naming it and its stream
+        (:func:`~autostream.runtime.execute.run_op`).
+        """
+        if seg.function is None:
+            self.prepare(seg)
         try:
-            args = [env[n] for n in seg.inputs]
-        except KeyError:
-            args = [load(env, n, seg.steps[0].node) for n in seg.inputs]  # names the op
-        compiled = seg.compiled
-        if compiled is not None:
-            if _signature(args) != seg.signature or state != seg.state \
-                    or _records_autograd(args):
-                self._run_ops(seg, env)  # traced for other inputs: a trace may have fixed them
-            else:
-                try:
-                    values = compiled(*args)
-                except Exception as exc:  # noqa: BLE001 - the ops themselves decide
-                    # op by op from now on: an op that fails raises its own error
-                    seg.compiled = None
-                    seg.status = f"the traced function raised {type(exc).__name__}"
-                    self._run_ops(seg, env)
-                else:
-                    env.update(zip(seg.outputs, values, strict=True))
-        elif seg.status == "pending":
-            self._first_call(seg, args, env, state)
-        else:
-            self._run_ops(seg, env)
-
-    def _run_ops(self, seg: Segment, env: Env) -> None:
-        for step in seg.steps:
-            env[step.node] = run_op(self.gm, step, env)
-
-    def _first_call(self, seg: Segment, args: list[Any], env: Env,
-                    state: ThreadState | None) -> None:
-        self._run_ops(seg, env)
-        reference = [env[n] for n in seg.outputs]
-        seg.status = self._trace(seg, args, reference)
-        seg.state = state
-        if seg.compiled is None:
-            log.debug("autostream: segment %s runs op by op: %s", seg.names, seg.status)
-
-    def _trace(self, seg: Segment, args: list[Any], reference: list[Any]) -> str:
-        if not all(isinstance(a, torch.Tensor) for a in args):
-            return "an input is not a tensor"
-        if not reference or not all(isinstance(r, torch.Tensor) for r in reference):
-            return "an output is not a tensor (or nothing is read after the segment)"
-        if _records_autograd(args):
-            return "an input requires grad"
-        module = _module(self.gm, seg)
-        try:
-            with _TRACE_LOCK, warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                # a plain function, not the module: an FX module whose call fails prints
-                # its generated code and the failing values to stderr
-                traced = torch.jit.trace(lambda *a: module.forward(*a), tuple(args),
-                                         check_trace=False, strict=False)
-                runs = [traced(*args) for _ in range(_runs_to_optimise())]
-        except Exception as exc:  # noqa: BLE001 - tracing is an optimisation only
-            return f"torch.jit.trace refused it ({type(exc).__name__}: {_first_line(exc)})"
-        for again in runs:
-            again = list(again) if isinstance(again, (tuple, list)) else [again]
-            if not _identical(again, reference):
-                return "the traced function's outputs differ from the ops'"
-        seg.compiled, seg.signature = traced, _signature(args)
-        return "traced"
+            seg.function(env)
+        except Exception as exc:
+            line = _failed_line(exc, seg.function.__code__)
+            if line not in seg.lines:
+                raise
+            step = seg.lines[line]
+            if step is None:  # an input not produced yet: name it and its reader
+                for node in seg.inputs:
+                    load(env, node, next(s.node for s in seg.steps
+                                         if node in s.node.all_input_nodes))
+                raise
+            reraise_from_op(exc, step)

@@ -3,10 +3,10 @@
 ``record`` sets a ``threading.Event`` once everything before it on its stream has run;
 ``wait`` blocks on those events (with a timeout that names the token and the op).
 ATen ops release the GIL, so streams really overlap.  Each run of two or more ops
-between a stream's syncs is traced with TorchScript on the first call and runs as
-one call without the GIL afterwards (``autostream.runtime.segments``: small ops
-would otherwise pass the GIL back and forth; ``trace_segments=False`` runs every op
-from Python).
+between a stream's syncs runs as one generated Python function
+(``autostream.runtime.segments``: less Python between ops, so less time holding the
+GIL the other stream waits for; ``segments=False`` runs every op through the
+interpreter loop).
 
 Thread-local state: each worker runs a call under the caller's grad, inference and
 autocast modes (:class:`~autostream.thread_state.ThreadState`); a state that cannot be
@@ -279,7 +279,7 @@ class ThreadsRunner:
     def __init__(self, gm: torch.fx.GraphModule, program: StreamProgram | None = None, *,
                  sanitize: bool | SanitizerConfig = False, seed: int = 0,
                  wait_timeout_s: float = 120.0, intra_op_threads: int | None = None,
-                 record_spans: bool = False, trace_segments: bool = True,
+                 record_spans: bool = False, segments: bool = True,
                  record_memory: bool = False, deterministic: bool = False):
         if wait_timeout_s <= 0:
             raise ValueError("wait_timeout_s must be > 0")
@@ -303,12 +303,12 @@ class ThreadsRunner:
         self.last_memory: MeasuredMemory | None = None
         self.token_origin, self.next_op = self._describe_syncs()
         self.waited = frozenset(t for s in self.program.steps if s.kind == "wait" for t in s.tokens)
-        #: what each stream runs: steps, and ``Segment``s traced on the first call
+        #: what each stream runs: steps, and ``Segment``s run as generated functions
         #: (off under the sanitizer, ``record_spans`` and ``record_memory``, which need
         #: every op)
         self.segments = SegmentRunner(gm)
-        traced = trace_segments and not (self.sanitizer or record_spans or record_memory)
-        self.plan_of = self._plan(traced)
+        self.plan_of = self._plan(segments and not (self.sanitizer or record_spans
+                                                    or record_memory))
         #: ``plan_of`` cut where each stream sets its intra-op threads
         self.parts = {k: _until_first_op(items) for k, items in self.plan_of.items()}
         self._workers = {k: _Worker(f"autostream-{stream_label(k)}")
@@ -322,9 +322,9 @@ class ThreadsRunner:
         self._warned: set[str] = set()
         self._sequential: SequentialRunner | None = None
 
-    def _plan(self, traced: bool) -> dict[int, list[Step | Segment]]:
+    def _plan(self, segments: bool) -> dict[int, list[Step | Segment]]:
         plan_of: dict[int, list[Step | Segment]] = {
-            k: split_segments(self.program, k) if traced else list(steps)
+            k: split_segments(self.program, k) if segments else list(steps)
             for k, steps in self.program.streams.items()}
         for items in plan_of.values():
             for item in items:
