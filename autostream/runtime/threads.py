@@ -162,6 +162,7 @@ class _Call:
         #: streams inside a communicating op, and the stream each waiting stream waits
         #: for (only kept under a ``wait_timeout_s``: time in communication is not counted)
         self.communicating: dict[int, bool] = {}
+        self.left_communication: dict[int, float] = {}  # stream -> when, ``time.monotonic``
         self.waiting_on: dict[int, int] = {}
         self.spans: dict[str, tuple[int, float, float]] | None = {} if runner.record_spans else None
         self.meter = LiveBytes() if runner.record_memory else None
@@ -216,20 +217,34 @@ class _Call:
         try:
             return run_op(self.gm, step, self.env)
         finally:
+            self.left_communication[step.stream] = time.monotonic()
             self.communicating[step.stream] = False
 
-    def in_communication(self, stream: int) -> bool:
-        """Whether ``stream``, or a stream it waits for (transitively), communicates now."""
+    def quiet_since(self, stream: int) -> float | None:
+        """``None`` while ``stream``, or a stream it waits for (transitively),
+        communicates; else when the last of them left communication (0: never)."""
         seen: set[int] = set()
-        while stream not in seen:
-            if self.communicating.get(stream):
-                return True
-            seen.add(stream)
-            following = self.waiting_on.get(stream)
-            if following is None:
+        latest = 0.0
+        following: int | None = stream
+        while following is not None and following not in seen:
+            if self.communicating.get(following):
+                return None
+            latest = max(latest, self.left_communication.get(following, 0.0))
+            seen.add(following)
+            following = self.waiting_on.get(following)
+        return latest
+
+    def bounded(self, finished: Callable[[float], bool], producer: int, limit: float) -> bool:
+        """Poll ``finished(timeout)`` until it is true (True), or until ``producer`` has
+        spent ``limit`` seconds outside communication since the polling began (False)."""
+        since = time.monotonic()
+        while not finished(max(0.0, min(since + limit - time.monotonic(), POLL_S))):
+            quiet = self.quiet_since(producer)
+            now = time.monotonic()
+            since = now if quiet is None else max(since, quiet)
+            if now - since >= limit:
                 return False
-            stream = following
-        return False
+        return True
 
     def _observed_op(self, step: Step) -> None:
         if self.aborted:
@@ -285,12 +300,13 @@ class _Call:
         producer = self.runner.token_stream[token]
         self.waiting_on[step.stream] = producer
         try:
-            deadline = time.monotonic() + limit
-            while not ev.wait(max(0.0, min(deadline - time.monotonic(), POLL_S))):
-                if self.in_communication(producer):
-                    deadline = time.monotonic() + limit
-                elif time.monotonic() >= deadline:
-                    raise self.runner.wait_timed_out(step, token)
+            if not self.bounded(ev.wait, producer, limit):
+                raise self.runner.wait_timed_out(step, token)
+            # the producer's time in communication counts as this stream's own
+            quiet = self.quiet_since(producer)
+            self.left_communication[step.stream] = max(
+                self.left_communication.get(step.stream, 0.0),
+                time.monotonic() if quiet is None else quiet)
         finally:
             del self.waiting_on[step.stream]
 
@@ -496,19 +512,17 @@ class ThreadsRunner:
         """``future``'s result; under ``wait_timeout_s``, ``FutureTimeout`` once ``stream``
         has run that long outside communication."""
         limit = self.wait_timeout_s
-        if limit is None:
-            future.result()
-            return
-        deadline = time.monotonic() + limit
-        while True:
+
+        def finished(timeout: float) -> bool:
             try:
-                future.result(timeout=max(0.0, min(deadline - time.monotonic(), POLL_S)))
-                return
+                future.exception(timeout=timeout)
+                return True
             except FutureTimeout:
-                if run.in_communication(stream):
-                    deadline = time.monotonic() + limit
-                elif time.monotonic() >= deadline:
-                    raise
+                return False
+
+        if limit is not None and not run.bounded(finished, stream, limit):
+            raise FutureTimeout()
+        future.result()
 
     def close(self) -> None:
         """Stop the worker threads (also done when the runner is garbage-collected)."""
