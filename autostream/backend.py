@@ -15,11 +15,10 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from autostream.call_effects import EffectsUnknown, aot_mutated_inputs
 from autostream.comm import has_communication
-from autostream.comm.agree import slowest_rank_medians
 from autostream.comm.reinplace import reinplace_all_reduces
 from autostream.lift import LiftedPlan, LiftError, lift_plan
 from autostream.passes import AutoStreamPass, PassReport, graph_device, strict
-from autostream.runtime.choice import SETTLE_S, MeasuredChoice
+from autostream.runtime.choice import MeasuredChoice
 from autostream.runtime.sanitizer import SanitizerConfig
 from autostream.runtime.select import (
     check_runtime_device,
@@ -57,9 +56,11 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     the first calls time the multi-stream plan and Dynamo's eager graph, ``measure``
     timed calls each, one per block in alternating order (``runtime.choice.MeasuredChoice``:
     each block warms up untimed first), and every later call uses the faster (0 trusts
-    the plan without measuring).  ``fallback="inductor"`` also
-    compiles the graph with Inductor (``torch.compile``'s default compiler; seconds of
-    compilation per graph) and measures it too: the backend then keeps the fastest
+    the plan without measuring).  A graph that communicates is never measured: it
+    keeps the plan when one was applied, else the fallback (ranks would time it
+    differently, and agreeing would take a collective of the library's own).
+    ``fallback="inductor"`` also compiles the graph with Inductor (``torch.compile``'s
+    default compiler; seconds of compilation per graph) and measures it too: the backend then keeps the fastest
     of plan, eager graph and Inductor, and never loses to plain ``torch.compile``
     by more than the measurement noise.  ``deterministic=True``: the threads runtime
     runs every op, on every stream, with the intra-op thread count eager would give
@@ -154,17 +155,21 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             return compiled
         # Dynamo's graph calls the original (eager) ops, which skips AOTAutograd's
         # decompositions and per-call wrappers; Inductor is compiled only when used.
+        if has_communication(gm.graph):
+            # by prediction: timings differ per rank, and agreeing on them would take a
+            # collective of our own (docs/distributed.md)
+            log.info("autostream: the graph communicates: %s kept by prediction, not "
+                     "measured", "the plan" if applied else fallback)
+            if applied:
+                return compiled
+            return _inductor(gm, example_inputs) if fallback == "inductor" else gm.forward
         singles: dict[str, Callable] = {"eager": gm.forward}
         if fallback == "inductor":
             singles["inductor"] = _inductor(gm, example_inputs)
         if not applied and (len(singles) == 1 or measure == 0):
             return singles[fallback]
         candidates = {"streams": compiled, **singles} if applied else singles
-        # ranks running collectives keep one candidate, timed on its slowest rank, and
-        # decide at the same call: one warm-up call per block instead of a settling time
-        agree = slowest_rank_medians if has_communication(gm.graph) else None
-        choice = MeasuredChoice(candidates, trials=measure, agree=agree,
-                                settle_s=0.0 if agree else SETTLE_S)
+        choice = MeasuredChoice(candidates, trials=measure)
         choices.append(choice)
         return choice
 

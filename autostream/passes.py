@@ -28,7 +28,7 @@ import torch.fx
 import cost_models
 from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
 from autostream.comm import has_communication
-from autostream.comm.agree import outcome_digest, rank_disagreement
+from autostream.comm.agree import check_through_store, graph_key, outcome_digest
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.dialects.torchair import is_stream_op
@@ -67,7 +67,6 @@ class Outcome(enum.Enum):
     UNSUPPORTED_COMPILER = "the compiler cannot run stream ops"
     PLANNING_FAILED = "planning failed"
     REWRITE_REJECTED = "rewrite rejected"
-    RANKS_DISAGREE = "ranks planned differently"
 
     @property
     def log_level(self) -> int:
@@ -91,8 +90,11 @@ class PassReport:
     #: seconds per stage: the plan's, then rewriting and verifying the graph (``None``:
     #: the graph was not rewritten, the plan's own stages are all there is)
     stages: StageTimes | None = None
-    #: for a graph that communicates: the digest every rank compared (``comm.agree``)
+    #: for a graph that communicates: this rank's plan digest, set in the process
+    #: group's store (``comm.agree``)
     rank_digest: str | None = None
+    #: the ranks whose digests differ from this one's, in words (``None``: none seen)
+    rank_mismatch: str | None = None
 
     @property
     def applied(self) -> bool:
@@ -271,26 +273,27 @@ class AutoStreamPass(CustomGraphPass):
               ) -> PassReport:
         """Plan and rewrite ``gm``; never raises for a graph it cannot handle (unless strict).
 
-        A graph that communicates is rewritten only if every rank decided the same
-        (``comm.agree``); else every rank leaves it unchanged.
+        For a graph that communicates, the plan's digest is compared with those other
+        ranks have set in the process group's store, without waiting and without a
+        collective (``comm.agree``); a mismatch is logged and kept in the report.
         """
         if not isinstance(gm, torch.fx.GraphModule):
             return _unsupported(gm)
         if not has_communication(gm.graph):
             return self._plan_and_rewrite(gm, example_inputs)
-        snap = snapshot(gm.graph)
+        # the options in the key: one process may plan a graph with several passes;
+        # the table is not, so that another table on one rank shows as a mismatch
+        key = graph_key(gm.graph, f"{self.max_streams}|{self.solver}|{self.time_limit}|"
+                                  f"{self.max_memory_increase!r}")
+        names = [f"{n.name}:{target_name(n)}" for n in gm.graph.nodes]
         report = self._plan_and_rewrite(gm, example_inputs)
         plan = report.plan if report.applied else None
-        digest = outcome_digest((f"{n.name}:{target_name(n)}" for n in snap.order),
-                                plan.schedule if plan else None, plan.syncs if plan else ())
-        why = rank_disagreement(digest)
-        if why is None:
-            return dataclasses.replace(report, rank_digest=digest)
-        if report.applied:
-            restore(gm.graph, snap)
-            gm.recompile()
-        return PassReport(report.graph_nodes, Outcome.RANKS_DISAGREE, f"left unchanged: {why}",
-                          report.plan, rank_digest=digest)
+        digest = outcome_digest(names, plan.schedule if plan else None,
+                                plan.syncs if plan else ())
+        mismatch = check_through_store(key, digest)
+        if mismatch is not None:
+            log.warning("autostream: %s", mismatch)
+        return dataclasses.replace(report, rank_digest=digest, rank_mismatch=mismatch)
 
     def _plan_and_rewrite(self, gm: torch.fx.GraphModule, example_inputs: Any = None
                           ) -> PassReport:

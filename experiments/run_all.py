@@ -93,6 +93,11 @@ EXPERIMENTS = (
                "Two ranks on gloo: eager, compiled single-stream, autostream (as planned, and "
                "as the backend chooses) and the hand-written overlap of collectives, side by "
                "side, with the prediction."),
+    Experiment("distributed_patterns.py", "Distributed patterns",
+               "Valid SPMD patterns (a one-rank recompile, different call counts per graph, "
+               "rank-dependent shapes, sub-groups, a slow rank, a rank that dies) on 2 and 4 "
+               "gloo ranks: hangs, calls that differ from eager, time to an error after a "
+               "death."),
     Experiment("overlap.py", "Overlap ceiling and segments",
                "What two CPU streams can gain at most per model (two copies of its graph), and "
                "plans run with ops through the interpreter loop, as generated segment functions "

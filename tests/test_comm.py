@@ -12,7 +12,7 @@ import torch.fx
 
 from autostream.comm import CommRegistry, CommSpec, comm_op, register
 from autostream.comm.affinity import launch_of_wait
-from autostream.comm.agree import outcome_digest, rank_disagreement, slowest_rank_medians
+from autostream.comm.agree import DictStore, check_through_store, graph_key, outcome_digest
 from autostream.cost import CostModel, CostTable, TableCostModel
 from autostream.cost.collectives import LinkFit
 from autostream.graph import build_op_graph, communicates, op_effects
@@ -353,10 +353,44 @@ def test_digest_changes_with_the_plan_and_disagreement_is_explained():
     d1, d2 = outcome_digest(["a", "b"], s1), outcome_digest(["a", "b"], s2)
     assert d1 != d2 and d1 == outcome_digest(["a", "b"], s1)
     assert outcome_digest(["a", "b"], None) not in (d1, d2)
-    why = rank_disagreement(d1, gather=lambda d: [d, d2])
-    assert "rank 0" in why and "ranks [1]" in why and "single-stream" in why
-    assert rank_disagreement(d1) is None  # one process: nothing to compare
-    assert slowest_rank_medians({"a": 1.0}, gather=lambda m: [m, {"a": 2.0}]) == {"a": 2.0}
+    shared: dict = {}
+    ranks = [DictStore(shared) for _ in range(3)]
+    assert check_through_store("g", d1, 0, 3, store=ranks[0]) is None  # alone so far
+    assert check_through_store("g", d1, 1, 3, store=ranks[1]) is None  # agrees with rank 0
+    why = check_through_store("g", d2, 2, 3, store=ranks[2])
+    assert why.startswith(f"ranks planned this graph differently: ranks [0, 1] digest "
+                          f"{d1[:10]}, rank 2 digest {d2[:10]}")
+    assert "Fix: give every rank the same cost_table" in why
+    # another graph (its own key) is never compared with this one
+    assert check_through_store("h", d2, 0, 3, store=ranks[0]) is None
+    assert check_through_store("g", d1) is None  # one process: nothing to compare
+
+
+def test_store_check_never_blocks_and_never_breaks_compiling():
+    class Unreachable:
+        def set(self, key, value):
+            raise RuntimeError("connection reset by peer")
+
+    class Waiting(DictStore):
+        def get(self, key):  # a get on a missing key would block until the store's timeout
+            assert key in self.data, f"get of {key} that no rank set: it would block"
+            return super().get(key)
+
+    assert check_through_store("g", "d", 1, 4, store=Unreachable()) is None
+    assert check_through_store("g", "d", 1, 4, store=Waiting()) is None
+
+
+def test_graph_key_sees_shapes_and_ops_not_the_object():
+    def traced(rows, fn=torch.relu):
+        gm = torch.fx.symbolic_trace(lambda x: fn(x) + 1)
+        for node in gm.graph.nodes:
+            node.meta["val"] = torch.empty(rows, 4)
+        return gm.graph
+
+    assert graph_key(traced(2)) == graph_key(traced(2))
+    assert graph_key(traced(2)) != graph_key(traced(3))  # rank-dependent shapes
+    assert graph_key(traced(2)) != graph_key(traced(2, torch.tanh))
+    assert graph_key(traced(2), "cpsat|2") != graph_key(traced(2), "heft|2")
 
 
 # -- calibration ---------------------------------------------------------------------------
@@ -447,18 +481,6 @@ def test_reports_draw_links_as_lanes_of_their_own(tmp_path):
     assert "subgraph cluster_link_1 {" in graph_dot(plan.problem, plan.schedule, plan.syncs)
     gantt_png(tmp_path / "plan.png", plan.problem, plan.schedule, plan.syncs)
     assert (tmp_path / "plan.png").stat().st_size > 0
-
-
-def test_measured_choice_decides_on_the_agreed_medians():
-    from autostream.runtime.choice import MeasuredChoice
-
-    clock = iter(range(1000)).__next__  # every call "takes" 1 unit: a tie locally
-    agreed = {"plan": 5.0, "single": 1.0}  # another rank found the plan slow
-    choice = MeasuredChoice({"plan": lambda: 1, "single": lambda: 2}, trials=2, clock=clock,
-                            settle_s=0.0, agree=lambda medians: agreed)
-    while choice.choice is None:
-        choice()
-    assert choice.choice == "single"
 
 
 def test_communication_never_joins_a_segment():

@@ -35,8 +35,9 @@ def free_port() -> int:
 
 def _rank_main(rank: int, world_size: int, port: int, backend: str, threads: int,
                fn: Callable[..., Any], args: Sequence[Any], results, timeout_s: float,
-               fault_path: str) -> None:
+               fault_path: str, pg_timeout_s: float | None = None) -> None:
     import faulthandler
+    from datetime import timedelta
 
     import torch
     import torch.distributed as dist
@@ -49,7 +50,8 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, threads: int
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
         torch.set_num_threads(threads)
-        dist.init_process_group(backend, rank=rank, world_size=world_size)
+        timeout = None if pg_timeout_s is None else timedelta(seconds=pg_timeout_s)
+        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout)
         try:
             results.put((rank, True, fn(rank, world_size, *args)))
         finally:
@@ -59,11 +61,13 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, threads: int
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int = 2, args: Sequence[Any] = (),
-              backend: str = "gloo", timeout_s: float = 300.0, threads: int = 1) -> list[Any]:
+              backend: str = "gloo", timeout_s: float = 300.0, threads: int = 1,
+              pg_timeout_s: float | None = None) -> list[Any]:
     """``fn(rank, world_size, *args)`` on every rank; the results by rank.
 
     Raises :class:`RanksFailed` when a rank raises, dies or the run outlives
-    ``timeout_s`` (every rank is then killed).  ``threads``: intra-op threads per rank.
+    ``timeout_s`` (every rank is then killed).  ``threads``: intra-op threads per rank;
+    ``pg_timeout_s``: the process group's timeout (``None``: torch's default).
     """
     import torch.multiprocessing as mp
 
@@ -78,7 +82,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int = 2, args: Sequence[Any] =
         paths = [os.path.join(faults, f"rank{r}.fault") for r in range(world_size)]
         procs = [ctx.Process(target=_rank_main, daemon=True,
                              args=(r, world_size, port, backend, threads, fn, tuple(args),
-                                   results, timeout_s, paths[r]))
+                                   results, timeout_s, paths[r], pg_timeout_s))
                  for r in range(world_size)]
         for p in procs:
             p.start()

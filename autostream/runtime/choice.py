@@ -63,7 +63,6 @@ class MeasuredChoice:
         on_choice: Callable[[str, dict[str, float]], None] | None = None,
         rounds: int | None = None,
         settle_s: float = SETTLE_S,
-        agree: Callable[[dict[str, float]], dict[str, float]] | None = None,
     ) -> None:
         if not candidates:
             raise ValueError("MeasuredChoice needs at least one candidate")
@@ -92,10 +91,6 @@ class MeasuredChoice:
         self._settle_s = settle_s
         self._settled = 0.0  # untimed seconds spent in the current block's warm-up
         self._lock = threading.Lock()
-        #: turns this process's medians into the ones every rank decides on (distributed
-        #: runs: ``comm.agree.slowest_rank_medians``), so that all ranks keep one candidate;
-        #: it runs at the same call on every rank only with ``settle_s=0`` (a count of calls)
-        self._agree = agree
 
     @property
     def medians(self) -> dict[str, float]:
@@ -123,7 +118,7 @@ class MeasuredChoice:
                     self._settled = 0.0
                     self._turn = turn + 1
         if all(len(s) >= self.trials for s in self.samples.values()):
-            medians = self._agree(self.medians) if self._agree else self.medians
+            medians = self.medians
             self.choice = min(medians, key=lambda n: (medians[n], names.index(n)))
             log.info("autostream: measured %s; keeping %s",
                      ", ".join(f"{n} {m * 1e6:.0f} us" for n, m in medians.items()), self.choice)

@@ -1,7 +1,14 @@
 """CPU runtime: one persistent worker thread per side stream, the calling thread is stream 0.
 
 ``record`` sets a ``threading.Event`` once everything before it on its stream has run;
-``wait`` blocks on those events (with a timeout that names the token and the op).
+``wait`` blocks on those events.  A wait has no deadline by default, as in eager code:
+it ends when its token is recorded or when another stream fails (then that stream's
+error is raised at once).  A stream inside a collective waits for its peers as long
+as the process group lets it (a slow rank saving a checkpoint, say); the group's
+timeout, not the runtime's, ends a collective that never completes.  An explicit
+``wait_timeout_s`` bounds waits (and joins) on a stream that runs no communication,
+counting only time its producer spends outside communication (the error names the
+token and the op).
 ATen ops release the GIL, so streams really overlap.  Each run of two or more ops
 between a stream's syncs runs as one generated Python function
 (``autostream.runtime.segments``: less Python between ops, so less time holding the
@@ -48,6 +55,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from autostream.comm import comm_op
 from autostream.dialects.torchair import stream_label
 from autostream.runtime.execute import Env, bind_inputs, collect_outputs, run_op
 from autostream.runtime.interpret import interpret
@@ -68,6 +76,10 @@ log = logging.getLogger("autostream")
 
 class StreamWaitTimeout(RuntimeError):
     """A wait was not satisfied within the runner's ``wait_timeout_s``."""
+
+
+#: seconds between checks of a bounded wait on whether its producer is communicating
+POLL_S = 0.5
 
 
 class _Aborted(Exception):
@@ -153,6 +165,11 @@ class _Call:
         self.runner, self.gm, self.env = runner, runner.gm, env
         self.events = {token: threading.Event() for token in runner.waited}
         self.aborted = False
+        #: streams inside a communicating op, and the stream each waiting stream waits
+        #: for (only kept under a ``wait_timeout_s``: time in communication is not counted)
+        self.communicating: dict[int, bool] = {}
+        self.left_communication: dict[int, float] = {}  # stream -> when, ``time.monotonic``
+        self.waiting_on: dict[int, int] = {}
         self.spans: dict[str, tuple[int, float, float]] | None = {} if runner.record_spans else None
         self.meter = LiveBytes() if runner.record_memory else None
         if self.meter is not None:
@@ -202,7 +219,43 @@ class _Call:
     def _op(self, step: Step) -> None:
         if self.aborted:
             raise _Aborted()
-        self.env[step.node] = run_op(self.gm, step, self.env)
+        self.env[step.node] = self._run(step)
+
+    def _run(self, step: Step) -> Any:
+        if step.node not in self.runner.communication:
+            return run_op(self.gm, step, self.env)
+        self.communicating[step.stream] = True
+        try:
+            return run_op(self.gm, step, self.env)
+        finally:
+            self.left_communication[step.stream] = time.monotonic()
+            self.communicating[step.stream] = False
+
+    def quiet_since(self, stream: int) -> float | None:
+        """``None`` while ``stream``, or a stream it waits for (transitively),
+        communicates; else when the last of them left communication (0: never)."""
+        seen: set[int] = set()
+        latest = 0.0
+        following: int | None = stream
+        while following is not None and following not in seen:
+            if self.communicating.get(following):
+                return None
+            latest = max(latest, self.left_communication.get(following, 0.0))
+            seen.add(following)
+            following = self.waiting_on.get(following)
+        return latest
+
+    def bounded(self, finished: Callable[[float], bool], producer: int, limit: float) -> bool:
+        """Poll ``finished(timeout)`` until it is true (True), or until ``producer`` has
+        spent ``limit`` seconds outside communication since the polling began (False)."""
+        since = time.monotonic()
+        while not finished(max(0.0, min(since + limit - time.monotonic(), POLL_S))):
+            quiet = self.quiet_since(producer)
+            now = time.monotonic()
+            since = now if quiet is None else max(since, quiet)
+            if now - since >= limit:
+                return False
+        return True
 
     def _observed_op(self, step: Step) -> None:
         if self.aborted:
@@ -211,7 +264,7 @@ class _Call:
         if san:
             san.before_op(stream, node)
         t0 = time.perf_counter()
-        value = run_op(self.gm, step, self.env)
+        value = self._run(step)
         if self.spans is not None:
             self.spans[node.name] = (stream, t0, time.perf_counter())
         if san:
@@ -243,12 +296,30 @@ class _Call:
             raise _Aborted()
         for token in step.tokens:
             ev = self.events[token]
-            if not ev.is_set() and not ev.wait(self.runner.wait_timeout_s):
-                raise self.runner.wait_timed_out(step, token)
+            if not ev.is_set():
+                self._await(step, token, ev)
             if self.aborted:
                 raise _Aborted()
         if self.san:
             self.san.on_wait(step.stream, step.tokens)
+
+    def _await(self, step: Step, token: str, ev: threading.Event) -> None:
+        limit = self.runner.wait_timeout_s
+        if limit is None:
+            ev.wait()
+            return
+        producer = self.runner.token_stream[token]
+        self.waiting_on[step.stream] = producer
+        try:
+            if not self.bounded(ev.wait, producer, limit):
+                raise self.runner.wait_timed_out(step, token)
+            # the producer's time in communication counts as this stream's own
+            quiet = self.quiet_since(producer)
+            self.left_communication[step.stream] = max(
+                self.left_communication.get(step.stream, 0.0),
+                time.monotonic() if quiet is None else quiet)
+        finally:
+            del self.waiting_on[step.stream]
 
     def _pop(self, values: tuple[torch.fx.Node, ...]) -> None:
         env = self.env
@@ -278,11 +349,12 @@ class ThreadsRunner:
 
     def __init__(self, gm: torch.fx.GraphModule, program: StreamProgram | None = None, *,
                  sanitize: bool | SanitizerConfig = False, seed: int = 0,
-                 wait_timeout_s: float = 120.0, intra_op_threads: int | None = None,
+                 wait_timeout_s: float | None = None, intra_op_threads: int | None = None,
                  record_spans: bool = False, segments: bool = True,
                  record_memory: bool = False, deterministic: bool = False):
-        if wait_timeout_s <= 0:
-            raise ValueError("wait_timeout_s must be > 0")
+        if wait_timeout_s is not None and not wait_timeout_s > 0:
+            raise ValueError(f"wait_timeout_s must be > 0 seconds (or None: no deadline), "
+                             f"got {wait_timeout_s!r}")
         if intra_op_threads is not None and intra_op_threads < 1:
             raise ValueError("intra_op_threads must be >= 1 (or None to divide the cores)")
         if deterministic and intra_op_threads is not None:
@@ -292,6 +364,7 @@ class ThreadsRunner:
         self.gm = gm
         self.program = program if program is not None else parse_program(gm)
         self.sanitizer = sanitize_from_env(sanitize, seed)
+        #: ``None``: waits have no deadline (see the module docstring)
         self.wait_timeout_s = wait_timeout_s
         self.intra_op_threads = intra_op_threads
         #: with ``record_spans``: op -> (stream, start_us, end_us) of the last call,
@@ -302,6 +375,12 @@ class ThreadsRunner:
         self.record_memory = record_memory
         self.last_memory: MeasuredMemory | None = None
         self.token_origin, self.next_op = self._describe_syncs()
+        self.token_stream = {s.node.name: s.stream for s in self.program.steps
+                             if s.kind == "record"}
+        #: ops that communicate (a bounded wait does not count time spent in them)
+        self.communication = frozenset(
+            s.node for s in self.program.steps
+            if s.kind == "op" and wait_timeout_s is not None and comm_op(s.node) is not None)
         self.waited = frozenset(t for s in self.program.steps if s.kind == "wait" for t in s.tokens)
         #: what each stream runs: steps, and ``Segment``s run as generated functions
         #: (off under the sanitizer, ``record_spans`` and ``record_memory``, which need
@@ -382,7 +461,7 @@ class ThreadsRunner:
         except BaseException as exc:  # noqa: BLE001 - re-raised below
             errors.append(exc)
         finally:
-            errors += self._join(futures)
+            errors += self._join(futures, run)
             if futures or torch.get_num_threads() != run.budget:
                 # also resets ATen's process-wide default that the workers changed
                 torch.set_num_threads(run.budget)
@@ -403,8 +482,8 @@ class ThreadsRunner:
         return StreamWaitTimeout(
             f"{_where(step.stream)} waited {self.wait_timeout_s:g} s at {step.node.name!r} "
             f"for token {token!r} ({self.token_origin[token]}) before running "
-            f"{self.next_op[step.node]}; the producing stream is stuck or slower than "
-            f"wait_timeout_s"
+            f"{self.next_op[step.node]}; the producing stream is stuck or ran longer than "
+            f"wait_timeout_s outside communication (wait_timeout_s=None: no deadline)"
         )
 
     def _refusal(self, state: ThreadState) -> str | None:
@@ -431,11 +510,11 @@ class ThreadsRunner:
             self._sequential = SequentialRunner(self.gm, self.program)
         return self._sequential(*inputs)
 
-    def _join(self, futures: dict[int, Future]) -> list[BaseException]:
+    def _join(self, futures: dict[int, Future], run: _Call) -> list[BaseException]:
         errors = []
         for k, future in futures.items():
             try:
-                future.result(timeout=self.wait_timeout_s)
+                self._result(future, k, run)
             except FutureTimeout:
                 self._broken = f"{_where(k)} did not finish within {self.wait_timeout_s:g} s"
                 errors.append(StreamWaitTimeout(
@@ -443,6 +522,22 @@ class ThreadsRunner:
             except BaseException as exc:  # noqa: BLE001 - collected for the caller
                 errors.append(exc)
         return errors
+
+    def _result(self, future: Future, stream: int, run: _Call) -> None:
+        """``future``'s result; under ``wait_timeout_s``, ``FutureTimeout`` once ``stream``
+        has run that long outside communication."""
+        limit = self.wait_timeout_s
+
+        def finished(timeout: float) -> bool:
+            try:
+                future.exception(timeout=timeout)
+                return True
+            except FutureTimeout:
+                return False
+
+        if limit is not None and not run.bounded(finished, stream, limit):
+            raise FutureTimeout()
+        future.result()
 
     def close(self) -> None:
         """Stop the worker threads (also done when the runner is garbage-collected)."""
