@@ -24,6 +24,7 @@ Run ``python -m experiments.torchair_conformance`` for the table in RESULTS.md.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from dataclasses import dataclass, field
 from typing import Any
@@ -406,10 +407,23 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", help="only these models")
+    parser.add_argument("--case", nargs=4, metavar=("MODEL", "STREAMS", "TABLE", "MODE"),
+                        help="one case, printed as JSON (what the tests run, in a process "
+                             "of its own: importing TorchAir changes torch.ops.air)")
+    parser.add_argument("--drop-sync", action="store_true",
+                        help="with --case: delete the first wait after the pass")
     args = parser.parse_args(argv)
     torchair, why = torchair_or_reason()
     if torchair is None:
         raise SystemExit(f"TorchAir unavailable: {why}")
+    if args.case:
+        import json
+
+        name, streams, table, mode = args.case
+        results = run_case(models()[name], int(streams), table, mode, args.drop_sync)
+        print(json.dumps([{**dataclasses.asdict(f), "applied": bool(r and r.applied)}
+                          for f, r in results]))
+        return
     print(markdown(rows(args.models)))
 
 

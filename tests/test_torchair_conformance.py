@@ -1,0 +1,82 @@
+"""Rewritten graphs through TorchAir 2.14's real Python lowering (issue 27).
+
+The torch-npu wheel is fetched once into pytest's cache (``experiments.torchair_real``);
+without the package index these tests skip and say why.  Each case runs in a process of
+its own: importing TorchAir registers its ``torch.ops.air`` ops and would change what the
+rest of the suite sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def torchair_cache(request):
+    from experiments.torchair_real import CACHE_ENV, TorchAirUnavailable, fetch_torchair
+
+    cache = Path(request.config.cache.mkdir("torchair"))
+    try:
+        fetch_torchair(cache)
+    except TorchAirUnavailable as exc:
+        pytest.skip(f"TorchAir 2.14 unavailable: {exc}")
+    return {CACHE_ENV: str(cache)}
+
+
+def run_case(env, model, streams, table, mode, drop_sync=False):
+    cmd = [sys.executable, "-W", "ignore", "-m", "experiments.torchair_conformance", "--case",
+           model, str(streams), table, mode] + (["--drop-sync"] if drop_sync else [])
+    done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def total(cases, key):
+    return sum(len(c[key]) for c in cases)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_programs_of_a_rewritten_moe_are_covered_in_both_modes(torchair_cache, mode):
+    [case] = run_case(torchair_cache, "moe", 2, "ascend910b", mode)
+    assert case["applied"]
+    assert case["scopes"] > 0 and case["syncs"] > 0
+    for key in ("uncovered", "unlabelled_views", "dropped_joins", "uncovered_output_refs"):
+        assert case[key] == [], (key, case[key][:3])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_negative_control_deleting_one_sync_is_caught(torchair_cache, mode):
+    """The same graph with its first ``air.wait`` deleted after the pass: TorchAir lowers
+    it without complaint (``_valid_graph`` passes), and the harness finds the hole."""
+    [case] = run_case(torchair_cache, "moe", 2, "ascend910b", mode, drop_sync=True)
+    assert case["uncovered"] or case["dropped_joins"]
+
+
+@pytest.mark.slow
+def test_ge_drops_the_final_join_wait(torchair_cache):
+    """Known, not yet fixed (issue 27 item 2): GE attaches a wait's control edges to the
+    next GE op on its stream, so the join wait right before ``output`` attaches to nothing
+    and the side stream's last op is unordered before ``NetOutput``."""
+    [case] = run_case(torchair_cache, "inception", 2, "ascend910b", "max-autotune")
+    assert case["applied"]
+    assert any("NetOutput" in line for line in case["dropped_joins"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["inception", "running_stats", "llama"])
+def test_acl_graph_programs_are_covered(torchair_cache, model):
+    cases = run_case(torchair_cache, model, 4, "h200", "reduce-overhead")
+    assert all(c["applied"] for c in cases)
+    for key in ("uncovered", "dropped_joins"):
+        assert total(cases, key) == 0, [c[key][:3] for c in cases]
