@@ -18,6 +18,7 @@ import enum
 import hashlib
 import logging
 import os
+import types
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -202,6 +203,9 @@ class AutoStreamPass(CustomGraphPass):
     _table: TableCostModel | None = field(init=False, compare=False, hash=False, repr=False)
     _defaults: dict[str, DefaultTable] = field(init=False, compare=False, hash=False, repr=False)
     _digest: list[str] = field(init=False, compare=False, hash=False, repr=False)
+    #: the digest as a code object's constant: TorchAir keys its compile cache on
+    #: ``md5(dis.dis(pass))``, which shows an instance's code-valued attributes only
+    _cache_key: types.CodeType = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         self.options()  # validate eagerly: bad options fail where they are written
@@ -214,6 +218,7 @@ class AutoStreamPass(CustomGraphPass):
         object.__setattr__(self, "_defaults", {})
         object.__setattr__(self, "_digest", [])
         object.__setattr__(self, "reports", deque(maxlen=self.history))
+        object.__setattr__(self, "_cache_key", digest_code(self.digest()))
 
     def options(self) -> PlanOptions:
         return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit,
@@ -328,6 +333,17 @@ class AutoStreamPass(CustomGraphPass):
             return _failed(nodes, Outcome.REWRITE_REJECTED, exc, plan)
         stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
         return PassReport(nodes, Outcome.APPLIED, _applied_reason(plan), plan, stages)
+
+
+def digest_code(digest: str) -> types.CodeType:
+    """A code object whose disassembly shows ``digest`` (what ``dis.dis`` of the pass prints).
+
+    >>> import dis, io
+    >>> out = io.StringIO(); dis.dis(digest_code("abc123"), file=out)
+    >>> "'autostream abc123'" in out.getvalue()
+    True
+    """
+    return compile(repr(f"autostream {digest}"), "<autostream pass digest>", "eval")
 
 
 def _applied_reason(plan: Plan) -> str:

@@ -80,3 +80,35 @@ def test_acl_graph_programs_are_covered(torchair_cache, model):
     assert all(c["applied"] for c in cases)
     for key in ("uncovered", "dropped_joins"):
         assert total(cases, key) == 0, [c[key][:3] for c in cases]
+
+
+DIGESTS = """
+import json, sys
+from experiments.torchair_real import torchair_or_reason
+torchair_or_reason()
+from torchair.inference._cache_compiler import _get_code_digest
+from autostream.passes import AutoStreamPass
+passes = [AutoStreamPass(), AutoStreamPass(), AutoStreamPass(max_streams=3),
+          AutoStreamPass(cost_table="h200"), AutoStreamPass(cost_table=sys.argv[1]),
+          AutoStreamPass(solver="heft"), AutoStreamPass(max_memory_increase=None)]
+print(json.dumps([_get_code_digest(p) for p in passes]))
+"""
+
+
+@pytest.mark.slow
+def test_torchair_compile_cache_key_follows_options_and_table_content(torchair_cache, tmp_path):
+    """TorchAir keys a custom pass on ``md5(dis.dis(pass))`` (``_get_code_digest``): equal
+    passes share a key, every option and the table's content change it."""
+    import cost_models
+
+    table = json.loads(cost_models.table_path("h200").read_text())
+    table["profile"]["peak_flops"]["f32"] *= 2
+    edited = tmp_path / "h200_edited.json"
+    edited.write_text(json.dumps(table))
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", DIGESTS, str(edited)], cwd=ROOT,
+                          env={**os.environ, **torchair_cache}, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    keys = json.loads(done.stdout.strip().splitlines()[-1])
+    assert keys[0] == keys[1]
+    assert len(set(keys[1:])) == len(keys) - 1, keys
