@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def torchair_cache(request):
     from experiments.torchair_real import CACHE_ENV, TorchAirUnavailable, fetch_torchair
 
-    cache = Path(request.config.cache.mkdir("torchair"))
+    cache = Path(os.environ.get(CACHE_ENV) or request.config.cache.mkdir("torchair"))
     try:
         fetch_torchair(cache)
     except TorchAirUnavailable as exc:
