@@ -112,3 +112,44 @@ def test_torchair_compile_cache_key_follows_options_and_table_content(torchair_c
     keys = json.loads(done.stdout.strip().splitlines()[-1])
     assert keys[0] == keys[1]
     assert len(set(keys[1:])) == len(keys) - 1, keys
+
+
+SCHEMAS = """
+import json, sys, torch
+if sys.argv[1] == "torchair":
+    from experiments.torchair_real import torchair_or_reason
+    torchair_or_reason()
+    assert not __import__("autostream.dialects.torchair", fromlist=["_STANDIN"])._STANDIN
+else:
+    from autostream.dialects.torchair import air_ops
+    air_ops()
+ops = [torch.ops.air.scope_enter.default, torch.ops.air.scope_exit.default,
+       torch.ops.air.record.default, torch.ops.air.wait.default]
+enter = torch.ops.air.scope_enter(["_user_stream_label"], ["stream_1"], True)
+if sys.argv[1] == "torchair":
+    from torchair.scope._scope_attr import local
+    stack = [dict(d) for d in local.scope_attr.scope_attr_info()]
+else:
+    from autostream.dialects.torchair import scope_stack
+    stack = [dict(d) for d in scope_stack()]
+torch.ops.air.scope_exit(True)
+token = torch.ops.air.record()
+print(json.dumps({"schemas": [str(op._schema) for op in ops], "enter": repr(enter),
+                  "stack": stack, "token": [str(token.dtype), list(token.shape)],
+                  "wait": repr(torch.ops.air.wait([token]))}))
+"""
+
+
+@pytest.mark.slow
+def test_stand_ins_behave_like_torchair_2_14(torchair_cache):
+    """Schemas, return values and ``need_execute``'s scope stack, TorchAir's own ops against
+    autostream's stand-ins (each in a fresh process: TorchAir registers its ops first)."""
+    seen = {}
+    for side in ("torchair", "standin"):
+        done = subprocess.run([sys.executable, "-W", "ignore", "-c", SCHEMAS, side], cwd=ROOT,
+                              env={**os.environ, **torchair_cache}, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen[side] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["torchair"]["stack"] == [{"_user_stream_label": "stream_1"}]
+    assert seen["standin"] == seen["torchair"]
