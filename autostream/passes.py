@@ -33,6 +33,7 @@ from autostream.comm.agree import outcome_digest, rank_disagreement
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.dialects.torchair import is_stream_op
+from autostream.dialects.torchair_modes import GE_MODE, ge_safe_plan, torchair_mode
 from autostream.graph import target_name
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
@@ -261,19 +262,20 @@ class AutoStreamPass(CustomGraphPass):
 
     def __call__(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None,
                  config: Any = None) -> None:
-        self.run(gm, example_inputs)
+        self.run(gm, example_inputs, torchair_mode(config))
 
-    def run(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None
-            ) -> PassReport:
-        """Apply the pass, keep and log the report, and return it."""
-        report = self.apply(gm, example_inputs)
+    def run(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None,
+            mode: str | None = None) -> PassReport:
+        """Apply the pass, keep and log the report, and return it.  ``mode``: TorchAir's
+        ``config.mode`` (what TorchAir will do after the pass depends on it)."""
+        report = self.apply(gm, example_inputs, mode)
         self.reports.append(report)
         log.log(report.outcome.log_level, "autostream pass on %d-node graph: %s",
                 report.graph_nodes, report.reason)
         return report
 
-    def apply(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None
-              ) -> PassReport:
+    def apply(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None,
+              mode: str | None = None) -> PassReport:
         """Plan and rewrite ``gm``; never raises for a graph it cannot handle (unless strict).
 
         A graph that communicates is rewritten only if every rank decided the same
@@ -282,9 +284,9 @@ class AutoStreamPass(CustomGraphPass):
         if not isinstance(gm, torch.fx.GraphModule):
             return _unsupported(gm)
         if not has_communication(gm.graph):
-            return self._plan_and_rewrite(gm, example_inputs)
+            return self._plan_and_rewrite(gm, example_inputs, mode)
         snap = snapshot(gm.graph)
-        report = self._plan_and_rewrite(gm, example_inputs)
+        report = self._plan_and_rewrite(gm, example_inputs, mode)
         plan = report.plan if report.applied else None
         digest = outcome_digest((f"{n.name}:{target_name(n)}" for n in snap.order),
                                 plan.schedule if plan else None, plan.syncs if plan else ())
@@ -297,13 +299,13 @@ class AutoStreamPass(CustomGraphPass):
         return PassReport(report.graph_nodes, Outcome.RANKS_DISAGREE, f"left unchanged: {why}",
                           report.plan, rank_digest=digest)
 
-    def _plan_and_rewrite(self, gm: torch.fx.GraphModule, example_inputs: Any = None
-                          ) -> PassReport:
+    def _plan_and_rewrite(self, gm: torch.fx.GraphModule, example_inputs: Any = None,
+                          mode: str | None = None) -> PassReport:
         with collector_paused():
-            return self._plan_and_rewrite_graph(gm, example_inputs)
+            return self._plan_and_rewrite_graph(gm, example_inputs, mode)
 
-    def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any
-                                ) -> PassReport:
+    def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any,
+                                mode: str | None = None) -> PassReport:
         nodes = len(gm.graph.nodes)
         tagged = hand_tagged(gm.graph)
         if tagged:
@@ -312,6 +314,8 @@ class AutoStreamPass(CustomGraphPass):
         try:
             costs = self.cost_model_for(graph_device(gm.graph, example_inputs))
             plan = plan_graph(gm, self.options(), costs)
+            if mode == GE_MODE and not plan.is_single_stream:
+                plan = ge_safe_plan(plan)
         except Exception as exc:  # the pass must never break compilation
             return _failed(nodes, Outcome.PLANNING_FAILED, exc)
         if plan.op_graph.number_of_nodes() == 0:
@@ -323,7 +327,8 @@ class AutoStreamPass(CustomGraphPass):
         snap = snapshot(gm.graph)
         watch = Stopwatch()
         try:
-            rewrite_graph(gm, plan.schedule, plan.syncs)
+            rewrite_graph(gm, plan.schedule, plan.syncs,
+                          join_before_last=mode == GE_MODE and not plan.is_single_stream)
             watch.lap("rewrite")
             verify_rewrite(gm, plan.op_graph).raise_if_failed()
             watch.lap("verify")

@@ -45,6 +45,9 @@ class Findings:
     unlabelled_views: list[str] = field(default_factory=list)
     dropped_joins: list[str] = field(default_factory=list)
     uncovered_output_refs: list[str] = field(default_factory=list)
+    #: GE: a wait's control edges on a ``Const`` (made for a scalar argument), not on the
+    #: consumer's compute op; ordered by the model here, but GE may fold the ``Const`` away
+    waits_on_const: list[str] = field(default_factory=list)
     scopes: int = 0
     syncs: int = 0
 
@@ -56,7 +59,8 @@ class Findings:
     def counts(self) -> dict[str, int]:
         return {"uncovered": len(self.uncovered), "unlabelled": len(self.unlabelled_views),
                 "dropped_joins": len(self.dropped_joins),
-                "output_refs": len(self.uncovered_output_refs)}
+                "output_refs": len(self.uncovered_output_refs),
+                "waits_on_const": len(self.waits_on_const)}
 
 
 def _air(node: torch.fx.Node) -> str | None:
@@ -258,8 +262,11 @@ def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
         for p in preds:
             mask |= ancestors[p] | (1 << p)
         ancestors.append(mask)
-        if op.type not in ("Data", "RefData", "Const"):
+        if op.type not in ("Data", "RefData"):
             last_on[label] = i
+        if op.type == "Const" and _ge_inputs(op)[1]:
+            found.waits_on_const.append(f"{op.name} ({label}) for {origin.get(op.name, '?')} "
+                                        f"carries control edges {_ge_inputs(op)[1]}")
 
     def before(a: int, b: int) -> bool:
         return bool(ancestors[b] >> a & 1)
@@ -394,7 +401,7 @@ def rows(names: list[str] | None = None) -> list[dict[str, Any]]:
 
 def markdown(table_rows: list[dict[str, Any]]) -> str:
     head = ["model", "streams", "table", "mode", "graphs", "scopes", "syncs", "uncovered",
-            "unlabelled", "dropped_joins", "output_refs", "speedup"]
+            "unlabelled", "dropped_joins", "output_refs", "waits_on_const", "speedup"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(str(r[h]) for h in head) + " |" for r in table_rows]
     return "\n".join(lines)

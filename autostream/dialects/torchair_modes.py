@@ -1,0 +1,98 @@
+"""What TorchAir 2.14 does to the graph after the pass, and how a plan stays correct through it.
+
+TorchAir hands the pass its ``CompilerConfig`` (the third argument); ``config.mode`` says
+whether the graph goes to GE (``max-autotune``) or to an ACL graph (``reduce-overhead``,
+``npugraph_ex``).  GE lowers the stream dialect differently from CUDA events
+(``docs/torchair.md``, with file and line in the wheel):
+
+- views (``permute/view/transpose/t/reshape``) on the main stream are deferred and emitted
+  at their first consumer *without* a stream label, so a main-stream view feeding a side
+  stream must be scheduled in its consumer's scope;
+- a ``wait``'s control edges attach to the next GE op emitted on its stream, so the final
+  join wait must precede a real op on the main stream, never sit alone before ``output``.
+
+:func:`ge_safe_schedule` adjusts a schedule for both; the syncs are then recomputed
+for the adjusted schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import networkx as nx
+
+from autostream.schedule import Schedule
+
+GE_MODE = "max-autotune"
+ACL_MODES = ("reduce-overhead", "npugraph_ex")
+#: the views GE defers on the main stream (``_ge_concrete_graph/continguous_utils.py``)
+GE_LAZY_VIEWS = frozenset({"aten.permute.default", "aten.view.default",
+                           "aten.transpose.int", "aten.t.default", "aten.reshape.default"})
+
+
+def torchair_mode(config: Any) -> str | None:
+    """``config.mode`` of TorchAir's ``CompilerConfig`` (a plain string too), else ``None``.
+
+    >>> class Config: mode = "max-autotune"
+    >>> torchair_mode(Config()), torchair_mode(None)
+    ('max-autotune', None)
+    """
+    mode = getattr(config, "mode", None)
+    mode = getattr(mode, "value", mode)
+    return mode if isinstance(mode, str) else None
+
+
+def _target(graph: nx.DiGraph, name: str) -> str:
+    node = graph.nodes[name].get("fx")
+    target = getattr(node, "target", None)
+    return str(target) if target is not None else ""
+
+
+def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
+    """``schedule`` with each main-stream lazy view that feeds a side stream moved onto the
+    stream of its first side-stream consumer, right before its first consumer, and the
+    last launched op on the main stream.
+
+    >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
+    >>> s = Schedule("x", {"a": 0, "b": 1, "c": 0}, ("a", "c", "b"), {}, {}, 0.0, 0.0)
+    >>> ge_safe_schedule(s, g).stream_of
+    {'a': 0, 'b': 0, 'c': 0}
+    """
+    stream_of = dict(schedule.stream_of)
+    order = list(schedule.order)
+    for name in reversed(list(schedule.order)):
+        if stream_of.get(name, 0) != 0 or _target(deps, name) not in GE_LAZY_VIEWS:
+            continue
+        users = sorted(deps.successors(name), key=order.index)
+        side = [u for u in users if stream_of[u] > 0]
+        if not side:
+            continue
+        # in a side scope GE converts the view where it stands (labelled, a real op that a
+        # record can follow); its main-stream users, if any, then wait for it
+        order.remove(name)
+        order.insert(order.index(users[0]), name)
+        stream_of[name] = stream_of[side[0]]
+    launched = [n for n in order if stream_of[n] >= 0]
+    if launched and stream_of[launched[-1]] != 0:
+        stream_of[launched[-1]] = 0
+    return dataclasses.replace(schedule, stream_of=stream_of, order=tuple(order))
+
+
+def ge_safe_plan(plan: Any) -> Any:
+    """``plan`` (a ``planning.Plan`` on several streams) with :func:`ge_safe_schedule`'s
+    schedule, its syncs recomputed (the plan's memory-order edges kept) and its predicted
+    time moved by the simulated change of the makespan."""
+    from autostream.simulate import simulate_plan
+    from autostream.sync import compute_syncs
+
+    schedule = ge_safe_schedule(plan.schedule, plan.op_graph)
+    deps = nx.DiGraph(plan.op_graph)
+    if plan.memory is not None:
+        deps.add_edges_from(plan.memory.edges)
+    syncs = tuple(compute_syncs(deps, schedule))
+    timed = simulate_plan(plan.problem, schedule, syncs)
+    schedule = dataclasses.replace(schedule, start=timed.start, end=timed.end,
+                                   makespan=timed.makespan, optimal=False)
+    predicted = plan.predicted_us + timed.makespan - plan.schedule.makespan
+    return dataclasses.replace(plan, schedule=schedule, syncs=syncs, predicted_us=predicted)
