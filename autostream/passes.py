@@ -330,7 +330,7 @@ class AutoStreamPass(CustomGraphPass):
             rewrite_graph(gm, plan.schedule, plan.syncs,
                           join_before_last=mode == GE_MODE and not plan.is_single_stream)
             watch.lap("rewrite")
-            verify_rewrite(gm, plan.op_graph).raise_if_failed()
+            verify_rewrite(gm, plan.op_graph, mode).raise_if_failed()
             watch.lap("verify")
         except Exception as exc:
             restore(gm.graph, snap)

@@ -342,6 +342,17 @@ class DropOneSync:
             gm.recompile()
 
 
+@dataclass(frozen=True)
+class WithoutMode:
+    """A pass that runs ``inner`` without TorchAir's config: the plan made for CUDA events."""
+
+    inner: Any
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any = None,
+                 config: Any = None) -> None:
+        self.inner(gm, example_inputs, None)
+
+
 def models() -> dict[str, Any]:
     """name -> factory of ``(model, inputs)``: zoo models, buffer writers and transformers
     decoders (a static-KV-cache decode step among them)."""
@@ -359,8 +370,8 @@ def models() -> dict[str, Any]:
     return out
 
 
-def run_case(factory: Any, streams: int, table: str, mode: str, drop_sync: bool = False
-             ) -> list[tuple[Findings, Any]]:
+def run_case(factory: Any, streams: int, table: str, mode: str, drop_sync: bool = False,
+             without_mode: bool = False) -> list[tuple[Findings, Any]]:
     """Capture the model, lower each graph with TorchAir and the pass; findings and reports."""
     from autostream.capture import capture
     from autostream.passes import AutoStreamPass
@@ -370,7 +381,8 @@ def run_case(factory: Any, streams: int, table: str, mode: str, drop_sync: bool 
     out = []
     for graph in capture(model, inputs):
         autostream_pass = AutoStreamPass(max_streams=streams, cost_table=table)
-        custom = DropOneSync(autostream_pass) if drop_sync else autostream_pass
+        custom = WithoutMode(autostream_pass) if without_mode else autostream_pass
+        custom = DropOneSync(custom) if drop_sync else custom
         lowered = torchair_real.lower(graph.gm, graph.args, mode, custom)
         out.append((findings(lowered), autostream_pass.last_report))
     return out
@@ -419,6 +431,8 @@ def main(argv: list[str] | None = None) -> None:
                              "of its own: importing TorchAir changes torch.ops.air)")
     parser.add_argument("--drop-sync", action="store_true",
                         help="with --case: delete the first wait after the pass")
+    parser.add_argument("--without-mode", action="store_true",
+                        help="with --case: the pass does not see TorchAir's config")
     args = parser.parse_args(argv)
     torchair, why = torchair_or_reason()
     if torchair is None:
@@ -427,7 +441,8 @@ def main(argv: list[str] | None = None) -> None:
         import json
 
         name, streams, table, mode = args.case
-        results = run_case(models()[name], int(streams), table, mode, args.drop_sync)
+        results = run_case(models()[name], int(streams), table, mode, args.drop_sync,
+                           args.without_mode)
         print(json.dumps([{**dataclasses.asdict(f), "applied": bool(r and r.applied)}
                           for f, r in results]))
         return

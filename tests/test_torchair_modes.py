@@ -71,3 +71,39 @@ def test_ge_main_stream_lazy_views_never_feed_a_side_stream():
 def test_other_modes_keep_the_join_right_before_output(mode):
     gm = rewritten(zoo.inception_block, mode)
     assert air_kind(list(gm.graph.nodes)[-2]) == "wait"
+
+
+def test_verifier_knows_ge_drops_a_join_wait_before_output():
+    """The plan made for CUDA events joins right before ``output``: correct there, but GE
+    attaches that wait to nothing, and the verifier in GE mode says so."""
+    from autostream.planning import PlanOptions, plan_graph
+    from autostream.rewrite import rewrite_graph
+    from autostream.verify import verify_rewrite
+
+    model, inputs = zoo.inception_block()
+    [gm] = capture_graphs(model, inputs)
+    plan = plan_graph(gm, PlanOptions(max_streams=2, cost_table="ascend910b"))
+    rewrite_graph(gm, plan.schedule, plan.syncs)
+    assert verify_rewrite(gm, plan.op_graph).ok
+    problems = verify_rewrite(gm, plan.op_graph, "max-autotune").problems
+    assert any("not joined" in p for p in problems), problems
+
+
+@pytest.mark.slow
+def test_verifier_knows_ge_defers_main_stream_views():
+    """Llama's CUDA plan has main-stream views feeding side streams: GE emits them at their
+    first consumer, on the main stream, unordered before the side-stream consumer."""
+    from autostream import hf_zoo
+    from autostream.planning import PlanOptions, plan_graph
+    from autostream.rewrite import rewrite_graph
+    from autostream.verify import verify_rewrite
+
+    model, inputs = hf_zoo.llama()
+    [gm] = capture_graphs(model, inputs)
+    plan = plan_graph(gm, PlanOptions(max_streams=4, cost_table="h200"))
+    rewrite_graph(gm, plan.schedule, plan.syncs)
+    views = set(lazy_views_feeding_side_streams(gm))
+    assert views
+    problems = verify_rewrite(gm, plan.op_graph, "max-autotune").problems
+    assert any(p.startswith("dependence") and any(f"{v} ->" in p for v in views)
+               for p in problems), problems

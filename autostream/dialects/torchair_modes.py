@@ -96,3 +96,71 @@ def ge_safe_plan(plan: Any) -> Any:
                                    makespan=timed.makespan, optimal=False)
     predicted = plan.predicted_us + timed.makespan - plan.schedule.makespan
     return dataclasses.replace(plan, schedule=schedule, syncs=syncs, predicted_us=predicted)
+
+
+def acl_reinplace_hazards(gm: Any, op_graph: nx.DiGraph) -> list[tuple[str, str]]:
+    """Order edges for what the ACL graph's reinplace passes may write after the pass.
+
+    ``_reinplace_inplaceable_ops_pass`` turns an out-of-place op with an in-place variant
+    (``mul`` -> ``mul_``) into a write of its first input's storage, and
+    ``_reinplace_input_mutated_ops`` lets the op feeding ``copy_(input, value)`` write the
+    input directly.  Their stream check misses readers through views and ``copy_``
+    (``_acl_concrete_graph/utils.py:351-383``), so every earlier reader of that storage
+    (through any view) is ordered before the op that may write it.
+
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from autostream.graph import build_op_graph
+    >>> def f(x):
+    ...     y = x.exp(); v = y.view(-1); return v.sum(), y.mul(2)
+    >>> gm = make_fx(f)(torch.ones(2, 2))
+    >>> acl_reinplace_hazards(gm, build_op_graph(gm))
+    [('sum_1', 'mul')]
+    """
+    import operator
+
+    import torch
+
+    from autostream.graph import is_meta_only, is_view_op
+
+    roots: dict[Any, Any] = {}
+    readers: dict[Any, list[Any]] = {}
+    edges: list[tuple[str, str]] = []
+
+    def root(node: Any) -> Any:
+        return roots.get(node, node)
+
+    def add(reader: Any, writer: Any) -> None:
+        if reader is not writer and reader.name in op_graph and writer.name in op_graph:
+            edges.append((reader.name, writer.name))
+
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        inputs = node.all_input_nodes
+        if inputs and (is_view_op(node) or (node.target is operator.getitem
+                                           and inputs[0] in roots)):
+            roots[node] = root(inputs[0])
+            continue
+        target = node.target
+        first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
+        packet = getattr(target, "overloadpacket", None)
+        if first is not None and packet is not None:
+            base = root(first)
+            if packet.__name__ == "copy_" and base.op == "placeholder" and \
+                    len(node.args) > 1 and isinstance(node.args[1], torch.fx.Node):
+                producer = node.args[1]
+                for reader in readers.get(base, []):
+                    if reader is not producer and reader.name in op_graph and \
+                            producer.name in op_graph and \
+                            op_graph.nodes[reader.name]["order"] < \
+                            op_graph.nodes[producer.name]["order"]:
+                        add(reader, producer)
+            elif base.op not in ("placeholder", "get_attr") and \
+                    hasattr(torch.ops.aten, packet.__name__ + "_"):
+                for reader in readers.get(base, []):
+                    add(reader, node)
+        if not is_meta_only(node):
+            for src in inputs:
+                readers.setdefault(root(src), []).append(node)
+    return sorted(set(edges), key=edges.index)
