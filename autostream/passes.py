@@ -33,7 +33,14 @@ from autostream.comm.agree import outcome_digest, rank_disagreement
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.dialects.torchair import is_stream_op
-from autostream.dialects.torchair_modes import GE_MODE, ge_safe_plan, torchair_mode
+from autostream.dialects.torchair_modes import (
+    ACL_MODES,
+    GE_MODE,
+    acl_reinplace_hazards,
+    acl_scope_overhead_us,
+    ge_safe_plan,
+    torchair_mode,
+)
 from autostream.graph import target_name
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
@@ -313,7 +320,10 @@ class AutoStreamPass(CustomGraphPass):
                               f"left unchanged: {tagged} (hand-tagged graphs are respected)")
         try:
             costs = self.cost_model_for(graph_device(gm.graph, example_inputs))
-            plan = plan_graph(gm, self.options(), costs)
+            acl = mode in ACL_MODES
+            plan = plan_graph(gm, self.options(), costs,
+                              acl_reinplace_hazards if acl else None,
+                              acl_scope_overhead_us(costs.sync_latency_us) if acl else 0.0)
             if mode == GE_MODE and not plan.is_single_stream:
                 plan = ge_safe_plan(plan)
         except Exception as exc:  # the pass must never break compilation

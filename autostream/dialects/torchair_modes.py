@@ -31,6 +31,17 @@ GE_LAZY_VIEWS = frozenset({"aten.permute.default", "aten.view.default",
                            "aten.transpose.int", "aten.t.default", "aten.reshape.default"})
 
 
+def acl_scope_overhead_us(sync_latency_us: float) -> float:
+    """What one stream scope adds in an ACL graph: a tagged-event wait at entry, a record
+    at exit and a wait before output (``_acl_concrete_graph/graph_pass.py:646-676``), i.e.
+    one and a half record/wait pairs at the table's ``sync_latency_us`` (a pair's cost).
+
+    >>> acl_scope_overhead_us(5.0)
+    7.5
+    """
+    return 1.5 * sync_latency_us
+
+
 def torchair_mode(config: Any) -> str | None:
     """``config.mode`` of TorchAir's ``CompilerConfig`` (a plain string too), else ``None``.
 
