@@ -137,41 +137,43 @@ def acl_reinplace_hazards(gm: Any, op_graph: nx.DiGraph) -> list[tuple[str, str]
     roots: dict[Any, Any] = {}
     readers: dict[Any, list[Any]] = {}
     edges: list[tuple[str, str]] = []
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    position = {n: i for i, n in enumerate(nodes)}
 
     def root(node: Any) -> Any:
         return roots.get(node, node)
 
-    def add(reader: Any, writer: Any) -> None:
-        if reader is not writer and reader.name in op_graph and writer.name in op_graph:
-            edges.append((reader.name, writer.name))
-
-    for node in gm.graph.nodes:
-        if node.op != "call_function":
-            continue
+    ops = []
+    for node in nodes:
         inputs = node.all_input_nodes
         if inputs and (is_view_op(node) or (node.target is operator.getitem
                                            and inputs[0] in roots)):
             roots[node] = root(inputs[0])
-            continue
-        target = node.target
-        first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
-        packet = getattr(target, "overloadpacket", None)
-        if first is not None and packet is not None:
-            base = root(first)
-            if packet.__name__ == "copy_" and base.op == "placeholder" and \
-                    len(node.args) > 1 and isinstance(node.args[1], torch.fx.Node):
-                producer = node.args[1]
-                for reader in readers.get(base, []):
-                    if reader is not producer and reader.name in op_graph and \
-                            producer.name in op_graph and \
-                            op_graph.nodes[reader.name]["order"] < \
-                            op_graph.nodes[producer.name]["order"]:
-                        add(reader, producer)
-            elif base.op not in ("placeholder", "get_attr") and \
-                    hasattr(torch.ops.aten, packet.__name__ + "_"):
-                for reader in readers.get(base, []):
-                    add(reader, node)
-        if not is_meta_only(node):
+        elif not is_meta_only(node):
+            ops.append(node)
             for src in inputs:
                 readers.setdefault(root(src), []).append(node)
+
+    def order_before(reader: Any, writer: Any) -> None:
+        if reader is not writer and reader.name in op_graph and writer.name in op_graph:
+            edges.append((reader.name, writer.name))
+
+    for node in ops:
+        first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
+        packet = getattr(node.target, "overloadpacket", None)
+        if first is None or packet is None:
+            continue
+        base = root(first)
+        if packet.__name__ == "copy_" and base.op == "placeholder" and len(node.args) > 1 \
+                and isinstance(node.args[1], torch.fx.Node) and node.args[1] in position:
+            producer = node.args[1]
+            for reader in readers.get(base, []):
+                if position[reader] < position[producer]:
+                    order_before(reader, producer)
+        elif base.op not in ("placeholder", "get_attr") \
+                and hasattr(torch.ops.aten, packet.__name__ + "_") \
+                and all(position[r] <= position[node] for r in readers.get(base, [])):
+            # TorchAir reinplaces only into storage nobody reads afterwards
+            for reader in readers.get(base, []):
+                order_before(reader, node)
     return sorted(set(edges), key=edges.index)
