@@ -157,3 +157,15 @@ def test_stand_ins_behave_like_torchair_2_14(torchair_cache):
         seen[side] = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["torchair"]["stack"] == [{"_user_stream_label": "stream_1"}]
     assert seen["standin"] == seen["torchair"]
+
+
+@pytest.mark.slow
+def test_acl_reinplace_race_is_gone_when_the_pass_sees_the_mode(torchair_cache):
+    """GPT-OSS's CUDA plan races in TorchAir's ACL graph: the reinplace pass turns a
+    ``clamp`` into ``clamp_`` on a side stream while the main stream still reads the same
+    storage through a view.  The plan made for the ACL graph orders those readers first."""
+    cuda = run_case(torchair_cache, "gpt_oss", 4, "h200", "reduce-overhead", without_mode=True)
+    assert total(cuda, "uncovered") > 0
+    acl = run_case(torchair_cache, "gpt_oss", 4, "h200", "reduce-overhead")
+    assert all(c["applied"] for c in acl)
+    assert total(acl, "uncovered") == 0 and total(acl, "dropped_joins") == 0
