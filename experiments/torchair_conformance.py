@@ -481,7 +481,29 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps([{**dataclasses.asdict(f), "applied": bool(r and r.applied)}
                           for f, r in results]))
         return
-    print(markdown(rows(args.models)))
+    table_rows = rows(args.models)
+    print(markdown(table_rows))
+    record_headlines(table_rows)
+
+
+def record_headlines(table_rows: list[dict[str, Any]]) -> None:
+    from experiments.headline import Headline, record
+
+    out = []
+    for mode in MODES:
+        rs = [r for r in table_rows if r["mode"] == mode]
+        if not rs:
+            continue
+        holes = sum(r[k] for r in rs for k in ("uncovered", "unlabelled", "dropped_joins",
+                                                "output_refs"))
+        out.append(Headline(f"TorchAir {mode}: dependences left uncovered ({len(rs)} cases, "
+                            f"{sum(r['applied'] for r in rs)} graphs rewritten)",
+                            str(holes), "0", holes == 0))
+        mean = sum(r["speedup"] for r in rs) / len(rs)
+        cuda = sum(r["cuda_speedup"] for r in rs) / len(rs)
+        out.append(Headline(f"TorchAir {mode}: mean predicted speed-up, against the plan "
+                            f"for CUDA events", f"{mean:.2f}x vs {cuda:.2f}x", "-", None))
+    record(__file__, out)
 
 
 if __name__ == "__main__":
