@@ -48,7 +48,7 @@ def total(cases, key):
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
 def test_programs_of_a_rewritten_moe_are_covered_in_both_modes(torchair_cache, mode):
-    [case] = run_case(torchair_cache, "moe", 2, "ascend910b", mode)
+    [case] = run_case(torchair_cache, "moe", 4, "h200", mode)
     assert case["applied"]
     assert case["scopes"] > 0 and case["syncs"] > 0
     for key in ("uncovered", "unlabelled_views", "dropped_joins", "uncovered_output_refs"):
@@ -60,7 +60,7 @@ def test_programs_of_a_rewritten_moe_are_covered_in_both_modes(torchair_cache, m
 def test_negative_control_deleting_one_sync_is_caught(torchair_cache, mode):
     """The same graph with its first ``air.wait`` deleted after the pass: TorchAir lowers
     it without complaint (``_valid_graph`` passes), and the harness finds the hole."""
-    [case] = run_case(torchair_cache, "moe", 2, "ascend910b", mode, drop_sync=True)
+    [case] = run_case(torchair_cache, "moe", 4, "h200", mode, drop_sync=True)
     assert case["uncovered"] or case["dropped_joins"]
 
 
