@@ -18,6 +18,7 @@ import enum
 import hashlib
 import logging
 import os
+import types
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,14 @@ from autostream.comm.agree import check_through_store, graph_key, outcome_digest
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.dialects.torchair import is_stream_op
+from autostream.dialects.torchair_modes import (
+    ACL_MODES,
+    GE_MODE,
+    acl_reinplace_hazards,
+    acl_scope_overhead_us,
+    ge_safe_plan,
+    torchair_mode,
+)
 from autostream.graph import target_name
 from autostream.planning import Plan, PlanOptions, plan_graph
 from autostream.rewrite import restore, rewrite_graph, snapshot
@@ -204,6 +213,9 @@ class AutoStreamPass(CustomGraphPass):
     _table: TableCostModel | None = field(init=False, compare=False, hash=False, repr=False)
     _defaults: dict[str, DefaultTable] = field(init=False, compare=False, hash=False, repr=False)
     _digest: list[str] = field(init=False, compare=False, hash=False, repr=False)
+    #: the digest as a code object's constant: TorchAir keys its compile cache on
+    #: ``md5(dis.dis(pass))``, which shows an instance's code-valued attributes only
+    _cache_key: types.CodeType = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         self.options()  # validate eagerly: bad options fail where they are written
@@ -216,6 +228,7 @@ class AutoStreamPass(CustomGraphPass):
         object.__setattr__(self, "_defaults", {})
         object.__setattr__(self, "_digest", [])
         object.__setattr__(self, "reports", deque(maxlen=self.history))
+        object.__setattr__(self, "_cache_key", digest_code(self.digest()))
 
     def options(self) -> PlanOptions:
         return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit,
@@ -258,19 +271,20 @@ class AutoStreamPass(CustomGraphPass):
 
     def __call__(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None,
                  config: Any = None) -> None:
-        self.run(gm, example_inputs)
+        self.run(gm, example_inputs, torchair_mode(config))
 
-    def run(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None
-            ) -> PassReport:
-        """Apply the pass, keep and log the report, and return it."""
-        report = self.apply(gm, example_inputs)
+    def run(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None,
+            mode: str | None = None) -> PassReport:
+        """Apply the pass, keep and log the report, and return it.  ``mode``: TorchAir's
+        ``config.mode`` (what TorchAir will do after the pass depends on it)."""
+        report = self.apply(gm, example_inputs, mode)
         self.reports.append(report)
         log.log(report.outcome.log_level, "autostream pass on %d-node graph: %s",
                 report.graph_nodes, report.reason)
         return report
 
-    def apply(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None
-              ) -> PassReport:
+    def apply(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None,
+              mode: str | None = None) -> PassReport:
         """Plan and rewrite ``gm``; never raises for a graph it cannot handle (unless strict).
 
         For a graph that communicates, the plan's digest is compared with those other
@@ -280,13 +294,13 @@ class AutoStreamPass(CustomGraphPass):
         if not isinstance(gm, torch.fx.GraphModule):
             return _unsupported(gm)
         if not has_communication(gm.graph):
-            return self._plan_and_rewrite(gm, example_inputs)
+            return self._plan_and_rewrite(gm, example_inputs, mode)
         # the options in the key: one process may plan a graph with several passes;
         # the table is not, so that another table on one rank shows as a mismatch
         key = graph_key(gm.graph, f"{self.max_streams}|{self.solver}|{self.time_limit}|"
-                                  f"{self.max_memory_increase!r}")
+                                  f"{self.max_memory_increase!r}|{mode}")
         names = [f"{n.name}:{target_name(n)}" for n in gm.graph.nodes]
-        report = self._plan_and_rewrite(gm, example_inputs)
+        report = self._plan_and_rewrite(gm, example_inputs, mode)
         plan = report.plan if report.applied else None
         digest = outcome_digest(names, plan.schedule if plan else None,
                                 plan.syncs if plan else ())
@@ -295,13 +309,13 @@ class AutoStreamPass(CustomGraphPass):
             log.warning("autostream: %s", mismatch)
         return dataclasses.replace(report, rank_digest=digest, rank_mismatch=mismatch)
 
-    def _plan_and_rewrite(self, gm: torch.fx.GraphModule, example_inputs: Any = None
-                          ) -> PassReport:
+    def _plan_and_rewrite(self, gm: torch.fx.GraphModule, example_inputs: Any = None,
+                          mode: str | None = None) -> PassReport:
         with collector_paused():
-            return self._plan_and_rewrite_graph(gm, example_inputs)
+            return self._plan_and_rewrite_graph(gm, example_inputs, mode)
 
-    def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any
-                                ) -> PassReport:
+    def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any,
+                                mode: str | None = None) -> PassReport:
         nodes = len(gm.graph.nodes)
         tagged = hand_tagged(gm.graph)
         if tagged:
@@ -309,7 +323,12 @@ class AutoStreamPass(CustomGraphPass):
                               f"left unchanged: {tagged} (hand-tagged graphs are respected)")
         try:
             costs = self.cost_model_for(graph_device(gm.graph, example_inputs))
-            plan = plan_graph(gm, self.options(), costs)
+            acl = mode in ACL_MODES
+            plan = plan_graph(gm, self.options(), costs,
+                              acl_reinplace_hazards if acl else None,
+                              acl_scope_overhead_us(costs.sync_latency_us) if acl else 0.0)
+            if mode == GE_MODE and not plan.is_single_stream:
+                plan = ge_safe_plan(plan)
         except Exception as exc:  # the pass must never break compilation
             return _failed(nodes, Outcome.PLANNING_FAILED, exc)
         if plan.op_graph.number_of_nodes() == 0:
@@ -321,9 +340,10 @@ class AutoStreamPass(CustomGraphPass):
         snap = snapshot(gm.graph)
         watch = Stopwatch()
         try:
-            rewrite_graph(gm, plan.schedule, plan.syncs)
+            rewrite_graph(gm, plan.schedule, plan.syncs,
+                          join_before_last=mode == GE_MODE and not plan.is_single_stream)
             watch.lap("rewrite")
-            verify_rewrite(gm, plan.op_graph).raise_if_failed()
+            verify_rewrite(gm, plan.op_graph, mode).raise_if_failed()
             watch.lap("verify")
         except Exception as exc:
             restore(gm.graph, snap)
@@ -331,6 +351,17 @@ class AutoStreamPass(CustomGraphPass):
             return _failed(nodes, Outcome.REWRITE_REJECTED, exc, plan)
         stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
         return PassReport(nodes, Outcome.APPLIED, _applied_reason(plan), plan, stages)
+
+
+def digest_code(digest: str) -> types.CodeType:
+    """A code object whose disassembly shows ``digest`` (what ``dis.dis`` of the pass prints).
+
+    >>> import dis, io
+    >>> out = io.StringIO(); dis.dis(digest_code("abc123"), file=out)
+    >>> "'autostream abc123'" in out.getvalue()
+    True
+    """
+    return compile(repr(f"autostream {digest}"), "<autostream pass digest>", "eval")
 
 
 def _applied_reason(plan: Plan) -> str:

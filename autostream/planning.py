@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -193,7 +193,9 @@ def build_problem(
 
 
 def plan_graph(
-    gm: torch.fx.GraphModule, options: PlanOptions, cost_model: CostModel | None = None
+    gm: torch.fx.GraphModule, options: PlanOptions, cost_model: CostModel | None = None,
+    extra_deps: Callable[[torch.fx.GraphModule, OpGraph], Iterable[tuple[str, str]]]
+    | None = None, scope_overhead_us: float = 0.0,
 ) -> Plan:
     """Plan ``gm`` without changing it.
 
@@ -203,18 +205,28 @@ def plan_graph(
     plan when the candidate is not predicted at least ``MIN_RELATIVE_GAIN`` faster.
     A candidate whose predicted peak memory is over ``options.max_memory_increase``
     is repaired or replaced (:func:`autostream.memory_fit.fit_plan`), never used.
+    ``extra_deps`` adds order edges (each in program order) to the dependences: what the
+    compiler will do to the graph after the pass (``dialects.torchair_modes``);
+    ``scope_overhead_us`` is charged per stream segment (scope) on top of the runtime's
+    (an ACL graph's events per scope) when plans are evaluated and compared.
     """
     with collector_paused():
-        return _plan_graph(gm, options, cost_model)
+        return _plan_graph(gm, options, cost_model, extra_deps, scope_overhead_us)
 
 
-def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: CostModel | None
-                ) -> Plan:
+def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: CostModel | None,
+                extra_deps: Callable[[torch.fx.GraphModule, OpGraph],
+                                     Iterable[tuple[str, str]]] | None = None,
+                scope_overhead_us: float = 0.0) -> Plan:
     t0 = time.perf_counter()
     watch = Stopwatch()
     cost_model = cost_model or load_cost_model(options.cost_table)
     watch.lap("costs")
     op_graph = build_op_graph(gm)
+    if extra_deps is not None:
+        for u, v in extra_deps(gm, op_graph):
+            if not op_graph.has_edge(u, v):
+                op_graph.add_edge(u, v, kind="compiler")
     watch.lap("graph")
     estimates = {n: cost_model.estimate(data["fx"]) for n, data in op_graph.nodes(data=True)}
     transfers, comm_notes = plan_transfers(op_graph, cost_model)
@@ -227,7 +239,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
     single = get_solver("single")(problem)
     watch.lap("solve")
     costs = RuntimeCosts(cost_model.runtime_op_us, cost_model.runtime_call_us,
-                         cost_model.runtime_segment_us)
+                         cost_model.runtime_segment_us + scope_overhead_us)
     solver_options: dict[str, Any] = {}
     if options.solver == "cpsat" and options.time_limit is not None:
         solver_options["time_limit"] = options.time_limit

@@ -64,10 +64,15 @@ def rewrite_graph(
     schedule: Schedule,
     syncs: Sequence[Sync],
     ops: AirOps | None = None,
+    join_before_last: bool = False,
 ) -> list[torch.fx.Node]:
     """Reorder ``gm.graph`` to the launch order and insert scope/record/wait nodes.
 
-    Returns the inserted nodes.  ``gm`` is edited in place and recompiled.
+    ``join_before_last``: the join wait goes right before the last launched op (which must
+    be on the main stream) instead of right before ``output``, so that it precedes a real
+    op (TorchAir's GE attaches a wait to the next op on its stream; see
+    ``dialects.torchair_modes``).  Returns the inserted nodes.  ``gm`` is edited in place
+    and recompiled.
     """
     ops = ops or air_ops()
     graph = gm.graph
@@ -93,6 +98,14 @@ def rewrite_graph(
         cursor = new
         return new
 
+    launched = [n for n in schedule.order if schedule.stream_of[n] >= 0]
+    last = launched[-1] if join_before_last and launched and JOIN in waits else None
+    if last is not None:
+        if schedule.stream_of[last] != 0:
+            raise ValueError(f"join_before_last needs the last launched op on the main "
+                             f"stream; {last!r} is on stream {schedule.stream_of[last]}")
+        waits[last] = waits.get(last, []) + [p for p in waits.pop(JOIN)
+                                              if p not in waits.get(last, [])]
     current = 0
     for name in schedule.order:
         stream = schedule.stream_of[name]

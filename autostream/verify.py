@@ -20,6 +20,7 @@ import networkx as nx
 import torch.fx
 
 from autostream.dialects.torchair import air_kind, scope_label, stream_index
+from autostream.dialects.torchair_modes import GE_LAZY_VIEWS, GE_MODE
 from autostream.graph import communicates
 
 
@@ -60,12 +61,18 @@ def check_scopes(graph: torch.fx.Graph) -> list[str]:
     return problems
 
 
-def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph) -> VerifyResult:
+def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph, mode: str | None = None
+                   ) -> VerifyResult:
     """Check every dependence is ordered, scopes balance, each op runs once, streams join.
 
     ``deps`` is the dependence graph of the ops (an ``OpGraph`` or any DiGraph whose
-    nodes are FX node names).
+    nodes are FX node names).  ``mode="max-autotune"`` checks the graph as TorchAir's GE
+    lowers it (``dialects.torchair_modes``): a main-stream lazy view runs on the main
+    stream where its first consumer is converted, and a wait with no op after it on its
+    stream (a join right before ``output``) orders nothing.  Elsewhere a record covers
+    what its stream ran before it, and a wait orders the stream's next op.
     """
+    ge = mode == GE_MODE
     result = VerifyResult(check_scopes(gm.graph))
     stack: list[int] = [0]
     where: dict[str, tuple[int, int]] = {}  # op -> (stream, position on stream)
@@ -80,6 +87,26 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph) -> VerifyResult:
         for s, p in b.items():
             if p > a.get(s, -1):
                 a[s] = p
+
+    deferred: set[torch.fx.Node] = set()  # GE: main-stream lazy views not yet emitted
+
+    def run_op(node: torch.fx.Node, stream: int) -> None:
+        clock = clock_of_stream.setdefault(stream, {})
+        for c in pending.pop(stream, []):
+            merge(clock, c)
+        pos = count.get(stream, 0)
+        count[stream] = pos + 1
+        clock[stream] = pos
+        where[node.name] = (stream, pos)
+        clock_of_op[node.name] = dict(clock)
+        seen_count[node.name] = seen_count.get(node.name, 0) + 1
+
+    def emit_views(node: torch.fx.Node) -> None:
+        for arg in node.all_input_nodes:
+            if arg in deferred:
+                emit_views(arg)
+                deferred.discard(arg)
+                run_op(arg, 0)
 
     output_node = None
     for node in gm.graph.nodes:
@@ -111,19 +138,20 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph) -> VerifyResult:
             continue
         if node.op == "output":
             output_node = node
-            for c in pending.pop(0, []):
-                merge(clock_of_stream[0], c)
+            if ge:
+                emit_views(node)
+            else:
+                for c in pending.pop(0, []):
+                    merge(clock_of_stream[0], c)
             continue
         if node.op in ("placeholder", "get_attr"):
             continue
-        for c in pending.pop(stream, []):
-            merge(clock, c)
-        pos = count.get(stream, 0)
-        count[stream] = pos + 1
-        clock[stream] = pos
-        where[node.name] = (stream, pos)
-        clock_of_op[node.name] = dict(clock)
-        seen_count[node.name] = seen_count.get(node.name, 0) + 1
+        if ge:
+            emit_views(node)
+            if stream == 0 and str(node.target) in GE_LAZY_VIEWS:
+                deferred.add(node)
+                continue
+        run_op(node, stream)
 
     for n in deps.nodes:
         if seen_count.get(n, 0) != 1:

@@ -108,6 +108,11 @@ EXPERIMENTS = (
                "eager's intra-op thread count) on the speed-up experiment's models: time and "
                "whether outputs equal eager's bit for bit.",
                ("--runs", "5", "--warmup", "1")),
+    Experiment("torchair_conformance.py", "TorchAir 2.14 conformance",
+               "Rewritten graphs through TorchAir 2.14's own Python lowering (ACL graph and "
+               "GE, natives stubbed): dependences the final program leaves uncovered (the "
+               "target is 0), scopes, syncs and the predicted speed-up against the plan made "
+               "for CUDA events."),
     Experiment("memory.py", "Peak memory: predicted, measured, budgeted",
                "Predicted against measured peak memory of multi-stream plans (CPU threads "
                "runtime), and what the memory budget keeps of the fan-out model's speed-up."),

@@ -24,8 +24,8 @@ log = logging.getLogger("autostream")
 STREAM_LABEL_KEY = "_user_stream_label"
 
 _SCHEMAS = {
-    "scope_enter": "scope_enter(str[] keys, str[] values, bool need_execute=False) -> ()",
-    "scope_exit": "scope_exit(bool need_execute=False) -> ()",
+    "scope_enter": "scope_enter(str[] keys, str[] values, bool need_execute=False) -> None",
+    "scope_exit": "scope_exit(bool need_execute=False) -> None",
     "record": "record(*, Device? device=None) -> Tensor",
     "wait": "wait(Tensor[] x) -> ()",
 }
@@ -65,27 +65,60 @@ def _try_import_torchair() -> bool:
         return False
 
 
+#: the stand-ins' scope attribute stack, per thread, as TorchAir's ``scope/_scope_attr.py``
+#: keeps it (``local.scope_attr``, pushed and popped only when ``need_execute``, never reset)
+_SCOPE_LOCAL = threading.local()
+
+
+def scope_stack() -> list[dict[str, str]]:
+    """The calling thread's scope attributes pushed by ``scope_enter(..., need_execute=True)``.
+
+    >>> ops = air_ops()
+    >>> depth = len(scope_stack())
+    >>> ops.scope_enter(["_user_stream_label"], ["stream_1"], True) is None
+    True
+    >>> scope_stack()[-1], len(scope_stack()) - depth
+    ({'_user_stream_label': 'stream_1'}, 1)
+    >>> ops.scope_exit(True); len(scope_stack()) - depth
+    0
+    """
+    if not hasattr(_SCOPE_LOCAL, "stack"):
+        _SCOPE_LOCAL.stack = []
+    return _SCOPE_LOCAL.stack
+
+
 def _define_standins() -> None:
+    """TorchAir 2.14's definitions (``scope/_scope.py``, ``ops/_record_wait.py``): the same
+    schemas, kernels on the same dispatch keys, the same results."""
     lib = torch.library.Library("air", "FRAGMENT")
     for name, schema in _SCHEMAS.items():
         if not hasattr(torch.ops.air, name):
             lib.define(schema)
 
     def scope_enter(keys: list[str], values: list[str], need_execute: bool = False) -> None:
-        return None
+        if need_execute:
+            scope_stack().append(dict(zip(keys, values)))
 
     def scope_exit(need_execute: bool = False) -> None:
-        return None
+        if need_execute and scope_stack():
+            scope_stack().pop()
 
     def record(*, device: torch.device | None = None) -> torch.Tensor:
         return torch.empty(0, device=device)
 
+    def record_meta(*, device: torch.device | None = None) -> torch.Tensor:
+        return torch.empty(0, device="meta")
+
     def wait(x: list[torch.Tensor]) -> None:
         return None
 
-    for name, fn in {"scope_enter": scope_enter, "scope_exit": scope_exit,
-                     "record": record, "wait": wait}.items():
-        lib.impl(name, fn, "CompositeExplicitAutograd")
+    for key in ("Meta", "CPU", "PrivateUse1", "BackendSelect"):
+        lib.impl("scope_enter", scope_enter, key)
+        lib.impl("scope_exit", scope_exit, key)
+    lib.impl("record", record, "BackendSelect")
+    lib.impl("record", record_meta, "Meta")
+    lib.impl("wait", wait, "BackendSelect")
+    lib.impl("wait", wait, "Meta")
     _STANDIN.append(lib)
 
 

@@ -1,0 +1,179 @@
+"""What TorchAir 2.14 does to the graph after the pass, and how a plan stays correct through it.
+
+TorchAir hands the pass its ``CompilerConfig`` (the third argument); ``config.mode`` says
+whether the graph goes to GE (``max-autotune``) or to an ACL graph (``reduce-overhead``,
+``npugraph_ex``).  GE lowers the stream dialect differently from CUDA events
+(``docs/torchair.md``, with file and line in the wheel):
+
+- views (``permute/view/transpose/t/reshape``) on the main stream are deferred and emitted
+  at their first consumer *without* a stream label, so a main-stream view feeding a side
+  stream must be scheduled in its consumer's scope;
+- a ``wait``'s control edges attach to the next GE op emitted on its stream, so the final
+  join wait must precede a real op on the main stream, never sit alone before ``output``.
+
+:func:`ge_safe_schedule` adjusts a schedule for both; the syncs are then recomputed
+for the adjusted schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import networkx as nx
+
+from autostream.schedule import Schedule
+
+GE_MODE = "max-autotune"
+ACL_MODES = ("reduce-overhead", "npugraph_ex")
+#: the views GE defers on the main stream (``_ge_concrete_graph/continguous_utils.py``)
+GE_LAZY_VIEWS = frozenset({"aten.permute.default", "aten.view.default",
+                           "aten.transpose.int", "aten.t.default", "aten.reshape.default"})
+
+
+def acl_scope_overhead_us(sync_latency_us: float) -> float:
+    """What one stream scope adds in an ACL graph: a tagged-event wait at entry, a record
+    at exit and a wait before output (``_acl_concrete_graph/graph_pass.py:646-676``), i.e.
+    one and a half record/wait pairs at the table's ``sync_latency_us`` (a pair's cost).
+
+    >>> acl_scope_overhead_us(5.0)
+    7.5
+    """
+    return 1.5 * sync_latency_us
+
+
+def torchair_mode(config: Any) -> str | None:
+    """``config.mode`` of TorchAir's ``CompilerConfig`` (a plain string too), else ``None``.
+
+    >>> class Config: mode = "max-autotune"
+    >>> torchair_mode(Config()), torchair_mode(None)
+    ('max-autotune', None)
+    """
+    mode = getattr(config, "mode", None)
+    mode = getattr(mode, "value", mode)
+    return mode if isinstance(mode, str) else None
+
+
+def _target(graph: nx.DiGraph, name: str) -> str:
+    node = graph.nodes[name].get("fx")
+    target = getattr(node, "target", None)
+    return str(target) if target is not None else ""
+
+
+def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
+    """``schedule`` with each main-stream lazy view that feeds a side stream moved onto the
+    stream of its first side-stream consumer, right before its first consumer, and the
+    last launched op on the main stream.
+
+    >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
+    >>> s = Schedule("x", {"a": 0, "b": 1, "c": 0}, ("a", "c", "b"), {}, {}, 0.0, 0.0)
+    >>> ge_safe_schedule(s, g).stream_of
+    {'a': 0, 'b': 0, 'c': 0}
+    """
+    stream_of = dict(schedule.stream_of)
+    order = list(schedule.order)
+    for name in reversed(list(schedule.order)):
+        if stream_of.get(name, 0) != 0 or _target(deps, name) not in GE_LAZY_VIEWS:
+            continue
+        users = sorted(deps.successors(name), key=order.index)
+        side = [u for u in users if stream_of[u] > 0]
+        if not side:
+            continue
+        # in a side scope GE converts the view where it stands (labelled, a real op that a
+        # record can follow); its main-stream users, if any, then wait for it
+        order.remove(name)
+        order.insert(order.index(users[0]), name)
+        stream_of[name] = stream_of[side[0]]
+    launched = [n for n in order if stream_of[n] >= 0]
+    if launched and stream_of[launched[-1]] != 0:
+        stream_of[launched[-1]] = 0
+    return dataclasses.replace(schedule, stream_of=stream_of, order=tuple(order))
+
+
+def ge_safe_plan(plan: Any) -> Any:
+    """``plan`` (a ``planning.Plan`` on several streams) with :func:`ge_safe_schedule`'s
+    schedule, its syncs recomputed (the plan's memory-order edges kept) and its predicted
+    time moved by the simulated change of the makespan."""
+    from autostream.simulate import simulate_plan
+    from autostream.sync import compute_syncs
+
+    schedule = ge_safe_schedule(plan.schedule, plan.op_graph)
+    deps = nx.DiGraph(plan.op_graph)
+    if plan.memory is not None:
+        deps.add_edges_from(plan.memory.edges)
+    syncs = tuple(compute_syncs(deps, schedule))
+    timed = simulate_plan(plan.problem, schedule, syncs)
+    schedule = dataclasses.replace(schedule, start=timed.start, end=timed.end,
+                                   makespan=timed.makespan, optimal=False)
+    predicted = plan.predicted_us + timed.makespan - plan.schedule.makespan
+    return dataclasses.replace(plan, schedule=schedule, syncs=syncs, predicted_us=predicted)
+
+
+def acl_reinplace_hazards(gm: Any, op_graph: nx.DiGraph) -> list[tuple[str, str]]:
+    """Order edges for what the ACL graph's reinplace passes may write after the pass.
+
+    ``_reinplace_inplaceable_ops_pass`` turns an out-of-place op with an in-place variant
+    (``mul`` -> ``mul_``) into a write of its first input's storage, and
+    ``_reinplace_input_mutated_ops`` lets the op feeding ``copy_(input, value)`` write the
+    input directly.  Their stream check misses readers through views and ``copy_``
+    (``_acl_concrete_graph/utils.py:351-383``), so every earlier reader of that storage
+    (through any view) is ordered before the op that may write it.
+
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from autostream.graph import build_op_graph
+    >>> def f(x):
+    ...     y = x.exp(); v = y.view(-1); return v.sum(), y.mul(2)
+    >>> gm = make_fx(f)(torch.ones(2, 2))
+    >>> acl_reinplace_hazards(gm, build_op_graph(gm))
+    [('sum_1', 'mul')]
+    """
+    import operator
+
+    import torch
+
+    from autostream.graph import is_meta_only, is_view_op
+
+    roots: dict[Any, Any] = {}
+    readers: dict[Any, list[Any]] = {}
+    edges: list[tuple[str, str]] = []
+    nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+    position = {n: i for i, n in enumerate(nodes)}
+
+    def root(node: Any) -> Any:
+        return roots.get(node, node)
+
+    ops = []
+    for node in nodes:
+        inputs = node.all_input_nodes
+        if inputs and (is_view_op(node) or (node.target is operator.getitem
+                                           and inputs[0] in roots)):
+            roots[node] = root(inputs[0])
+        elif not is_meta_only(node):
+            ops.append(node)
+            for src in inputs:
+                readers.setdefault(root(src), []).append(node)
+
+    def order_before(reader: Any, writer: Any) -> None:
+        if reader is not writer and reader.name in op_graph and writer.name in op_graph:
+            edges.append((reader.name, writer.name))
+
+    for node in ops:
+        first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
+        packet = getattr(node.target, "overloadpacket", None)
+        if first is None or packet is None:
+            continue
+        base = root(first)
+        if packet.__name__ == "copy_" and base.op == "placeholder" and len(node.args) > 1 \
+                and isinstance(node.args[1], torch.fx.Node) and node.args[1] in position:
+            producer = node.args[1]
+            for reader in readers.get(base, []):
+                if position[reader] < position[producer]:
+                    order_before(reader, producer)
+        elif base.op not in ("placeholder", "get_attr") \
+                and hasattr(torch.ops.aten, packet.__name__ + "_") \
+                and all(position[r] <= position[node] for r in readers.get(base, [])):
+            # TorchAir reinplaces only into storage nobody reads afterwards
+            for reader in readers.get(base, []):
+                order_before(reader, node)
+    return sorted(set(edges), key=edges.index)

@@ -1,0 +1,510 @@
+"""Is a rewritten graph still correct after TorchAir's own lowering?  Run it and check.
+
+TorchAir 2.14's real Python lowering (``experiments.torchair_real``) turns the graph the
+pass rewrote into the program each mode runs; this module models only how that program
+executes and checks every dependence of it:
+
+- **ACL graph** (``reduce-overhead``): the final FX graph, which TorchAir's codegen prints
+  line for line.  ``scope_enter``/``scope_exit`` select the stream; ``air.record`` /
+  ``air.wait`` are ``torch.npu.Event`` record/wait (CUDA semantics: a record covers all
+  earlier work on its stream, waits included); ``tagged_event_record`` /
+  ``tagged_event_wait`` the same by tag.
+- **GE** (``max-autotune``): happens-before is the emission order of GE ops with the same
+  ``_user_stream_label`` plus control edges; a cross-stream data edge orders nothing (no
+  Python code in TorchAir orders one).
+
+Checked: every data edge, and read/write order on the same storage (views and in-place
+ops followed through their schemas) in program order; each side stream joined before
+output; for GE also ops emitted for a side-stream FX node without its label, and
+output-ref writes (an output written into an input's memory) after every reader of that
+input.
+
+Run ``python -m experiments.torchair_conformance`` for the table in RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+MAIN = "main"
+ACL_EVENT_OPS = ("record", "wait", "tagged_event_record", "tagged_event_wait")
+
+
+@dataclass
+class Findings:
+    """What one lowered program got wrong; every list holds one line per problem."""
+
+    mode: str
+    uncovered: list[str] = field(default_factory=list)
+    unlabelled_views: list[str] = field(default_factory=list)
+    dropped_joins: list[str] = field(default_factory=list)
+    uncovered_output_refs: list[str] = field(default_factory=list)
+    #: GE: a wait's control edges on a ``Const`` (made for a scalar argument), not on the
+    #: consumer's compute op; ordered by the model here, but GE may fold the ``Const`` away
+    waits_on_const: list[str] = field(default_factory=list)
+    scopes: int = 0
+    syncs: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.uncovered or self.unlabelled_views or self.dropped_joins
+                    or self.uncovered_output_refs)
+
+    def counts(self) -> dict[str, int]:
+        return {"uncovered": len(self.uncovered), "unlabelled": len(self.unlabelled_views),
+                "dropped_joins": len(self.dropped_joins),
+                "output_refs": len(self.uncovered_output_refs),
+                "waits_on_const": len(self.waits_on_const)}
+
+
+def _air(node: torch.fx.Node) -> str | None:
+    target = node.target
+    if node.op == "call_function" and getattr(target, "namespace", None) == "air":
+        return target._overloadpacket.__name__
+    return None
+
+
+def _label(node: torch.fx.Node) -> str:
+    keys, values = node.args[0], node.args[1]
+    return dict(zip(keys, values)).get("_user_stream_label", MAIN)
+
+
+# ---- storage: which FX values share memory -------------------------------------------------
+
+def _storages(graph: torch.fx.Graph) -> dict[Any, Any]:
+    """value -> storage key; views and in-place results share their base's key."""
+    key: dict[Any, Any] = {}
+    for node in graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            key[node] = node
+        elif node.op == "call_function" and node.target is operator.getitem:
+            parent, index = node.args[0], node.args[1]
+            key[node] = key.get((parent, index), key.get(parent, (parent, index)))
+        elif node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            key[node] = node
+            schema = node.target._schema
+            out_alias = [r.alias_info for r in schema.returns]
+            for i, ret in enumerate(out_alias):
+                if ret is None:
+                    continue
+                for arg, value in zip(schema.arguments, node.args):
+                    info = arg.alias_info
+                    if info is not None and isinstance(value, torch.fx.Node) \
+                            and set(info.before_set) & set(ret.before_set):
+                        base = key.get(value, value)
+                        if len(out_alias) == 1:
+                            key[node] = base
+                        key[(node, i)] = base
+    return key
+
+
+def _accesses(node: torch.fx.Node, storage: dict[Any, Any]) -> tuple[set, set]:
+    """(read, written) storages of one op; a view reads and writes nothing."""
+    reads, writes = set(), set()
+    if node.op == "output":
+        for value in node.all_input_nodes:
+            reads.add(storage.get(value, value))
+        return reads, writes
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return reads, writes
+    schema = node.target._schema
+    returns_alias = any(r.alias_info is not None and not r.alias_info.is_write
+                        for r in schema.returns)
+    if returns_alias and not any(a.alias_info is not None and a.alias_info.is_write
+                                 for a in schema.arguments):
+        return reads, writes  # a view
+    written_args = set()
+    for arg, value in zip(schema.arguments, node.args):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            for v in (value if isinstance(value, (list, tuple)) else [value]):
+                if isinstance(v, torch.fx.Node):
+                    written_args.add(v)
+    for arg_name, value in node.kwargs.items():
+        match = [a for a in schema.arguments if a.name == arg_name]
+        if match and match[0].alias_info is not None and match[0].alias_info.is_write \
+                and isinstance(value, torch.fx.Node):
+            written_args.add(value)
+    for value in node.all_input_nodes:
+        s = storage.get(value, value)
+        (writes if value in written_args else reads).add(s)
+    if not returns_alias:
+        writes.add(storage.get(node, node))
+    return reads, writes
+
+
+# ---- ACL graph ------------------------------------------------------------------------
+
+def acl_findings(gm: torch.fx.GraphModule) -> Findings:
+    """Replay TorchAir's final ACL-graph FX program and check its dependences."""
+    found = Findings("reduce-overhead")
+    graph = gm.graph
+    storage = _storages(graph)
+    stack = [MAIN]
+    clock: dict[str, dict[str, int]] = {MAIN: {}}
+    count: dict[str, int] = {}
+    events: dict[Any, dict[str, int]] = {}
+    where: dict[torch.fx.Node, tuple[str, int, dict[str, int]]] = {}
+    order: list[torch.fx.Node] = []
+
+    def merge(into: dict[str, int], other: dict[str, int]) -> None:
+        for s, p in other.items():
+            into[s] = max(into.get(s, -1), p)
+
+    for node in graph.nodes:
+        kind = _air(node)
+        stream = stack[-1]
+        current = clock.setdefault(stream, {})
+        if kind == "scope_enter":
+            found.scopes += 1
+            stack.append(_label(node))
+            continue
+        if kind == "scope_exit":
+            stack.pop() if len(stack) > 1 else None
+            continue
+        if kind in ("record", "tagged_event_record"):
+            events[node if kind == "record" else ("tag", node.args[0])] = dict(current)
+            found.syncs += kind == "record"
+            continue
+        if kind in ("wait", "tagged_event_wait"):
+            sources = node.args[0] if kind == "wait" else [("tag", node.args[0])]
+            for token in sources:
+                merge(current, events.get(token, {}))
+            continue
+        if kind is not None or node.op in ("placeholder", "get_attr"):
+            continue
+        if node.op == "call_function" and node.target is operator.getitem:
+            continue
+        position = count.get(stream, 0)
+        count[stream] = position + 1
+        current[stream] = position
+        where[node] = (stream, position, dict(current))
+        order.append(node)
+
+    def before(a: torch.fx.Node, b: torch.fx.Node) -> bool:
+        sa, pa, _ = where[a]
+        return where[b][2].get(sa, -1) >= pa
+
+    last_access: dict[Any, list[tuple[torch.fx.Node, bool]]] = {}
+    for node in order:
+        reads, writes = _accesses(node, storage)
+        for s in reads | writes:
+            for earlier, wrote in last_access.get(s, []):
+                if (wrote or s in writes) and not before(earlier, node):
+                    what = "write" if s in writes else "read"
+                    found.uncovered.append(
+                        f"{earlier.name} ({where[earlier][0]}, {'write' if wrote else 'read'}) "
+                        f"-> {node.name} ({where[node][0]}, {what}) on {getattr(s, 'name', s)}")
+        for s in reads:
+            last_access.setdefault(s, []).append((node, False))
+        for s in writes:
+            last_access[s] = [(node, True)]
+    output = next(n for n in graph.nodes if n.op == "output")
+    out_clock = where[output][2] if output in where else {}
+    for stream, n in count.items():
+        if stream != MAIN and out_clock.get(stream, -1) < n - 1:
+            found.dropped_joins.append(f"{stream} is not joined before output")
+    return found
+
+
+# ---- GE -------------------------------------------------------------------------------
+
+def _ge_label(op: Any) -> str:
+    return op.attr["_user_stream_label"].s.decode() if "_user_stream_label" in op.attr else MAIN
+
+
+def _ge_inputs(op: Any) -> tuple[list[str], list[str]]:
+    """(data producers, control producers) of a GE op."""
+    data, control = [], []
+    for name in op.input:
+        if not name:
+            continue
+        producer, _, index = name.rpartition(":")
+        (control if index == "-1" else data).append(producer)
+    return data, control
+
+
+def _fx_streams(fx: torch.fx.GraphModule) -> dict[str, str]:
+    """FX node name -> the stream label of its scope."""
+    stack, out = [MAIN], {}
+    for node in fx.graph.nodes:
+        kind = _air(node)
+        if kind == "scope_enter":
+            stack.append(_label(node))
+        elif kind == "scope_exit":
+            stack.pop() if len(stack) > 1 else None
+        else:
+            out[node.name] = stack[-1]
+    return out
+
+
+def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
+                output_ref: dict[int, int]) -> Findings:
+    """Check TorchAir's final GE graph: stream order plus control edges must cover it."""
+    found = Findings("max-autotune")
+    fx_stream = _fx_streams(fx)
+    found.scopes = sum(_air(n) == "scope_enter" for n in fx.graph.nodes)
+    found.syncs = sum(_air(n) == "record" for n in fx.graph.nodes)
+    index = {op.name: i for i, op in enumerate(ops)}
+    ancestors: list[int] = []
+    last_on: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        label = _ge_label(op)
+        mask = 0
+        preds = [index[p] for p in _ge_inputs(op)[1] if p in index]
+        if label in last_on:
+            preds.append(last_on[label])
+        for p in preds:
+            mask |= ancestors[p] | (1 << p)
+        ancestors.append(mask)
+        if op.type not in ("Data", "RefData"):
+            last_on[label] = i
+        if op.type == "Const" and _ge_inputs(op)[1]:
+            found.waits_on_const.append(f"{op.name} ({label}) for {origin.get(op.name, '?')} "
+                                        f"carries control edges {_ge_inputs(op)[1]}")
+
+    def before(a: int, b: int) -> bool:
+        return bool(ancestors[b] >> a & 1)
+
+    free = ("Data", "RefData", "Const")
+    for i, op in enumerate(ops):
+        for producer in _ge_inputs(op)[0]:
+            p = index.get(producer)
+            if p is None or ops[p].type in free or before(p, i):
+                continue
+            line = (f"{producer} ({_ge_label(ops[p])}) -> {op.name} ({_ge_label(op)}) "
+                    f"[fx {origin.get(producer, '?')} -> {origin.get(op.name, '?')}]")
+            if op.type == "NetOutput":
+                found.dropped_joins.append(line)
+            else:
+                found.uncovered.append(line)
+        fx_node = origin.get(op.name)
+        if fx_node is not None and op.type not in free and \
+                fx_stream.get(fx_node, MAIN) != _ge_label(op):
+            found.unlabelled_views.append(
+                f"{op.name} ({op.type}) emitted for {fx_node} on {fx_stream[fx_node]} "
+                f"but labelled {_ge_label(op)}")
+    output = next((i for i, op in enumerate(ops) if op.type == "NetOutput"), None)
+    if output is not None:
+        for label, last in last_on.items():
+            if label != MAIN and not before(last, output):
+                found.dropped_joins.append(f"{label} (last op {ops[last].name}) is not "
+                                           f"joined before NetOutput")
+        data_ops = {op.attr["index"].i: i for i, op in enumerate(ops) if op.type == "Data"}
+        out_inputs = _ge_inputs(ops[output])[0]
+        for out_i, in_i in output_ref.items():
+            if out_i >= len(out_inputs) or in_i not in data_ops:
+                continue
+            writer = index.get(out_inputs[out_i])
+            source = ops[data_ops[in_i]].name
+            if writer is None:
+                continue
+            for r, op in enumerate(ops):
+                if r != writer and source in _ge_inputs(op)[0] and op.type != "NetOutput" \
+                        and not before(r, writer):
+                    found.uncovered_output_refs.append(
+                        f"{op.name} ({_ge_label(op)}) reads input {in_i} that "
+                        f"{ops[writer].name} ({_ge_label(ops[writer])}) overwrites")
+    return found
+
+
+def findings(lowered: Any) -> Findings:
+    """The :class:`Findings` of a ``torchair_real.Lowered`` program in its mode."""
+    if lowered.mode == "max-autotune":
+        return ge_findings(lowered.ge_ops, lowered.ge_origin, lowered.fx, lowered.output_ref)
+    return acl_findings(lowered.acl_gm)
+
+
+# ---- the table ------------------------------------------------------------------------
+
+MODES = ("reduce-overhead", "max-autotune")
+TABLES = ("ascend910b", "h200")
+STREAMS = (2, 4)
+
+
+@dataclass(frozen=True)
+class DropOneSync:
+    """A pass that runs ``inner`` and then deletes its first ``air.wait``: the negative control."""
+
+    inner: Any
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any = None,
+                 config: Any = None) -> None:
+        self.inner(gm, example_inputs, config)
+        wait = next((n for n in gm.graph.nodes if _air(n) == "wait"), None)
+        if wait is not None:
+            gm.graph.erase_node(wait)
+            gm.recompile()
+
+
+@dataclass(frozen=True)
+class WithoutMode:
+    """A pass that runs ``inner`` without TorchAir's config: the plan made for CUDA events."""
+
+    inner: Any
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any = None,
+                 config: Any = None) -> None:
+        self.inner(gm, example_inputs, None)
+
+
+def models() -> dict[str, Any]:
+    """name -> factory of ``(model, inputs)``: zoo models, buffer writers and transformers
+    decoders (a static-KV-cache decode step among them)."""
+    from autostream import hf_zoo, zoo
+
+    out = {"inception": zoo.inception_block, "moe": zoo.moe_model,
+           "multihead": zoo.multihead_block, "parallel": zoo.parallel_block,
+           "running_stats": zoo.running_stats_model}
+    have = set(hf_zoo.available())
+    for name in ("llama", "granite_moe", "qwen3_moe", "gpt_oss"):
+        if name in have:
+            out[name] = getattr(hf_zoo, name)
+    if "llama" in have:
+        out["llama_decode"] = lambda: hf_zoo.llama(cache="decode")
+    return out
+
+
+def run_case(factory: Any, streams: int, table: str, mode: str, drop_sync: bool = False,
+             without_mode: bool = False) -> list[tuple[Findings, Any]]:
+    """Capture the model, lower each graph with TorchAir and the pass; findings and reports."""
+    from autostream.capture import capture
+    from autostream.passes import AutoStreamPass
+    from experiments import torchair_real
+
+    model, inputs = factory()
+    out = []
+    for graph in capture(model, inputs):
+        autostream_pass = AutoStreamPass(max_streams=streams, cost_table=table)
+        custom = WithoutMode(autostream_pass) if without_mode else autostream_pass
+        custom = DropOneSync(custom) if drop_sync else custom
+        lowered = torchair_real.lower(graph.gm, graph.args, mode, custom)
+        out.append((findings(lowered), autostream_pass.last_report))
+    return out
+
+
+def _cuda_speedup(factory: Any, streams: int, table: str) -> float:
+    """The predicted speed-up of the plan made without TorchAir's mode (CUDA events)."""
+    from autostream.capture import capture
+    from autostream.passes import AutoStreamPass
+
+    model, inputs = factory()
+    speedups = []
+    for graph in capture(model, inputs):
+        report = AutoStreamPass(max_streams=streams, cost_table=table).run(graph.gm)
+        speedups.append(report.plan.predicted_speedup if report.applied else 1.0)
+    return round(min(speedups), 2)
+
+
+def rows(names: list[str] | None = None) -> list[dict[str, Any]]:
+    """One row per model, stream count, table and mode."""
+    table_rows = []
+    for name, factory in models().items():
+        if names and name not in names:
+            continue
+        for streams in STREAMS:
+            for table in TABLES:
+                cuda = _cuda_speedup(factory, streams, table)
+                for mode in MODES:
+                    results = run_case(factory, streams, table, mode)
+                    counts = {k: sum(f.counts()[k] for f, _ in results)
+                              for k in results[0][0].counts()}
+                    reports = [r for _, r in results if r is not None]
+                    speedups = [r.plan.predicted_speedup if r.applied else 1.0 for r in reports]
+                    table_rows.append({
+                        "model": name, "streams": streams, "table": table, "mode": mode,
+                        "graphs": len(results), "applied": sum(r.applied for r in reports),
+                        "scopes": sum(f.scopes for f, _ in results),
+                        "syncs": sum(f.syncs for f, _ in results), **counts,
+                        "speedup": round(min(speedups), 2) if speedups else 1.0,
+                        "cuda_speedup": cuda})
+    return table_rows
+
+
+HEAD = ["model", "streams", "table", "mode", "graphs", "applied", "scopes", "syncs",
+        "uncovered", "unlabelled", "dropped_joins", "output_refs", "waits_on_const",
+        "speedup", "cuda_speedup"]
+
+
+def markdown(table_rows: list[dict[str, Any]]) -> str:
+    """The table, then per mode the totals and the speed-up against the CUDA plan's."""
+    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+    lines += ["| " + " | ".join(str(r[h]) for h in HEAD) + " |" for r in table_rows]
+    lines += ["", "| mode | cases | applied | uncovered | unlabelled | dropped_joins | "
+              "output_refs | waits_on_const | mean speedup | mean cuda_speedup |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for mode in MODES:
+        rs = [r for r in table_rows if r["mode"] == mode]
+        if not rs:
+            continue
+        total = {k: sum(r[k] for r in rs) for k in ("applied", "uncovered", "unlabelled",
+                                                     "dropped_joins", "output_refs",
+                                                     "waits_on_const")}
+        mean = sum(r["speedup"] for r in rs) / len(rs)
+        cuda = sum(r["cuda_speedup"] for r in rs) / len(rs)
+        lines.append(f"| {mode} | {len(rs)} | {total['applied']} | {total['uncovered']} | "
+                     f"{total['unlabelled']} | {total['dropped_joins']} | "
+                     f"{total['output_refs']} | {total['waits_on_const']} | {mean:.2f} | "
+                     f"{cuda:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    from experiments.torchair_real import torchair_or_reason
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", help="only these models")
+    parser.add_argument("--case", nargs=4, metavar=("MODEL", "STREAMS", "TABLE", "MODE"),
+                        help="one case, printed as JSON (what the tests run, in a process "
+                             "of its own: importing TorchAir changes torch.ops.air)")
+    parser.add_argument("--drop-sync", action="store_true",
+                        help="with --case: delete the first wait after the pass")
+    parser.add_argument("--without-mode", action="store_true",
+                        help="with --case: the pass does not see TorchAir's config")
+    args = parser.parse_args(argv)
+    torchair, why = torchair_or_reason()
+    if torchair is None:
+        raise SystemExit(f"TorchAir unavailable: {why}")
+    if args.case:
+        import json
+
+        name, streams, table, mode = args.case
+        results = run_case(models()[name], int(streams), table, mode, args.drop_sync,
+                           args.without_mode)
+        print(json.dumps([{**dataclasses.asdict(f), "applied": bool(r and r.applied)}
+                          for f, r in results]))
+        return
+    table_rows = rows(args.models)
+    print(markdown(table_rows))
+    record_headlines(table_rows)
+
+
+def record_headlines(table_rows: list[dict[str, Any]]) -> None:
+    from experiments.headline import Headline, record
+
+    out = []
+    for mode in MODES:
+        rs = [r for r in table_rows if r["mode"] == mode]
+        if not rs:
+            continue
+        holes = sum(r[k] for r in rs for k in ("uncovered", "unlabelled", "dropped_joins",
+                                                "output_refs"))
+        out.append(Headline(f"TorchAir {mode}: dependences left uncovered ({len(rs)} cases, "
+                            f"{sum(r['applied'] for r in rs)} graphs rewritten)",
+                            str(holes), "0", holes == 0))
+        mean = sum(r["speedup"] for r in rs) / len(rs)
+        cuda = sum(r["cuda_speedup"] for r in rs) / len(rs)
+        out.append(Headline(f"TorchAir {mode}: mean predicted speed-up, against the plan "
+                            f"for CUDA events", f"{mean:.2f}x vs {cuda:.2f}x", "-", None))
+    record(__file__, out)
+
+
+if __name__ == "__main__":
+    main()

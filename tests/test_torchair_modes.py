@@ -1,0 +1,144 @@
+"""The pass plans for what TorchAir does after it, by ``config.mode`` (issue 27)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autostream import AutoStreamPass, zoo
+from autostream.capture import capture_graphs
+from autostream.dialects.torchair import air_kind, scope_label
+from autostream.dialects.torchair_modes import GE_LAZY_VIEWS
+
+
+class Config:  # what the pass reads of TorchAir's CompilerConfig
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+
+def rewritten(factory, mode: str | None, streams: int = 2, table: str = "ascend910b"):
+    model, inputs = factory()
+    [gm] = capture_graphs(model, inputs)
+    autostream_pass = AutoStreamPass(max_streams=streams, cost_table=table)
+    autostream_pass(gm, inputs, Config(mode) if mode else None)
+    assert autostream_pass.last_report.applied, autostream_pass.last_report.reason
+    return gm
+
+
+def streams_of(gm):
+    stack, out = ["main"], {}
+    for node in gm.graph.nodes:
+        kind = air_kind(node)
+        if kind == "scope_enter":
+            stack.append(scope_label(node))
+        elif kind == "scope_exit":
+            stack.pop()
+        else:
+            out[node] = stack[-1]
+    return out
+
+
+def test_ge_join_wait_precedes_a_main_stream_op_not_output():
+    """GE attaches a wait to the next GE op on its stream: nothing follows a wait right
+    before ``output``."""
+    gm = rewritten(zoo.inception_block, "max-autotune")
+    nodes = list(gm.graph.nodes)
+    assert air_kind(nodes[-2]) is None and nodes[-2].op == "call_function"
+    assert streams_of(gm)[nodes[-2]] == "main"
+    waits = [n for n in nodes if air_kind(n) == "wait"]
+    assert waits and nodes[nodes.index(waits[-1]) + 1] is nodes[-2]
+
+
+def lazy_views_feeding_side_streams(gm):
+    where = streams_of(gm)
+    return [n.name for n, stream in where.items()
+            if n.op == "call_function" and str(n.target) in GE_LAZY_VIEWS and stream == "main"
+            and any(where[u] != "main" for u in n.users)]
+
+
+@pytest.mark.slow
+def test_ge_main_stream_lazy_views_never_feed_a_side_stream():
+    """GE defers ``view/reshape/transpose/...`` on the main stream to their first consumer,
+    unlabelled: such a view feeding a side stream moves into the side stream.  Without the
+    mode (CUDA events) the same Llama plan has three."""
+    from autostream import hf_zoo
+
+    assert lazy_views_feeding_side_streams(rewritten(hf_zoo.llama, None, 4, "h200"))
+    assert lazy_views_feeding_side_streams(
+        rewritten(hf_zoo.llama, "max-autotune", 4, "h200")) == []
+
+
+def test_without_a_mode_the_join_stays_right_before_output():
+    gm = rewritten(zoo.inception_block, None)
+    assert air_kind(list(gm.graph.nodes)[-2]) == "wait"
+
+
+def test_verifier_knows_ge_drops_a_join_wait_before_output():
+    """The plan made for CUDA events joins right before ``output``: correct there, but GE
+    attaches that wait to nothing, and the verifier in GE mode says so."""
+    from autostream.planning import PlanOptions, plan_graph
+    from autostream.rewrite import rewrite_graph
+    from autostream.verify import verify_rewrite
+
+    model, inputs = zoo.inception_block()
+    [gm] = capture_graphs(model, inputs)
+    plan = plan_graph(gm, PlanOptions(max_streams=2, cost_table="ascend910b"))
+    rewrite_graph(gm, plan.schedule, plan.syncs)
+    assert verify_rewrite(gm, plan.op_graph).ok
+    problems = verify_rewrite(gm, plan.op_graph, "max-autotune").problems
+    assert any("not joined" in p for p in problems), problems
+
+
+@pytest.mark.slow
+def test_verifier_knows_ge_defers_main_stream_views():
+    """Llama's CUDA plan has main-stream views feeding side streams: GE emits them at their
+    first consumer, on the main stream, unordered before the side-stream consumer."""
+    from autostream import hf_zoo
+    from autostream.planning import PlanOptions, plan_graph
+    from autostream.rewrite import rewrite_graph
+    from autostream.verify import verify_rewrite
+
+    model, inputs = hf_zoo.llama()
+    [gm] = capture_graphs(model, inputs)
+    plan = plan_graph(gm, PlanOptions(max_streams=4, cost_table="h200"))
+    rewrite_graph(gm, plan.schedule, plan.syncs)
+    views = set(lazy_views_feeding_side_streams(gm))
+    assert views
+    problems = verify_rewrite(gm, plan.op_graph, "max-autotune").problems
+    assert any(p.startswith("dependence") and any(f"{v} ->" in p for v in views)
+               for p in problems), problems
+
+
+def test_acl_mode_charges_each_scope_its_events():
+    """An ACL graph adds a tagged-event wait, a record and a wait per scope: the same
+    graph is predicted slower with them, and inception's small plan no longer pays."""
+    model, inputs = zoo.moe_model()
+    reports = {}
+    for mode in (None, "reduce-overhead"):
+        [gm] = capture_graphs(model, inputs)
+        autostream_pass = AutoStreamPass(max_streams=4, cost_table="ascend910b")
+        autostream_pass(gm, inputs, Config(mode) if mode else None)
+        reports[mode] = autostream_pass.last_report
+    assert reports["reduce-overhead"].plan.predicted_us > reports[None].plan.predicted_us
+    model, inputs = zoo.inception_block()
+    [gm] = capture_graphs(model, inputs)
+    autostream_pass = AutoStreamPass(max_streams=2, cost_table="ascend910b")
+    autostream_pass(gm, inputs, Config("reduce-overhead"))
+    assert not autostream_pass.last_report.applied
+
+
+def test_acl_mode_orders_readers_of_a_view_before_a_reinplaceable_write():
+    """``y.mul(2)`` may become ``y.mul_(2)`` in TorchAir's ACL graph: the reader of a
+    view of ``y`` is a dependence of the ``mul`` there."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autostream.dialects.torchair_modes import acl_reinplace_hazards
+    from autostream.graph import build_op_graph
+
+    def f(x):
+        y = x.exp()
+        return y.view(-1).sum(), y.t().cos(), y.mul(2)
+
+    gm = make_fx(f)(torch.ones(4, 4))
+    edges = acl_reinplace_hazards(gm, build_op_graph(gm))
+    assert edges == [("sum_1", "mul"), ("cos", "mul")]
