@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from autostream.runtime import StreamRuntimeError, StreamWaitTimeout, ThreadsRunner
+from autostream.runtime import StreamWaitTimeout, ThreadsRunner
 from autostream.runtime.builder import DialectBuilder
 
 HELD_S = 2.0  # how long the stand-in collective blocks; the waits' limit is far below
@@ -101,10 +101,10 @@ def test_waits_have_no_deadline_by_default_but_a_failing_producer_ends_them_at_o
     assert runner.wait_timeout_s is None
     try:
         t0 = time.monotonic()
-        with pytest.raises(StreamRuntimeError, match="peer closed the connection") as info:
+        with pytest.raises(ValueError, match="peer closed the connection") as info:
             runner(torch.ones(2))
         assert time.monotonic() - t0 < 5.0
-        assert isinstance(info.value.__cause__, ValueError)
+        assert any("stream_1" in n for n in info.value.__notes__)  # the producer's own error
     finally:
         runner.close()
 
