@@ -30,18 +30,10 @@ import torch.fx
 from autostream.runtime import ThreadsRunner
 from autostream.runtime.execute import Env
 from autostream.runtime.segments import Segment, SegmentRunner
+from experiments.torchscript_segments import _module  # a segment as its own FX module
 
 #: Inductor's compilation is not thread-safe: streams compiling at once take turns
 _COMPILE_LOCK = threading.Lock()
-
-
-def _module(gm: torch.fx.GraphModule, seg: Segment) -> torch.fx.GraphModule:
-    graph = torch.fx.Graph()
-    remap = {n: graph.placeholder(f"in_{i}") for i, n in enumerate(seg.inputs)}
-    for s in seg.steps:
-        remap[s.node] = graph.node_copy(s.node, lambda n: remap[n])
-    graph.output(tuple(remap[n] for n in seg.outputs))
-    return torch.fx.GraphModule(gm, graph)
 
 
 def _signature(args: Sequence[Any]) -> tuple | None:
