@@ -21,7 +21,7 @@ once too, for its coverage only (eager PyTorch and ``transformers`` run other AT
 than their compiled graphs: composites, code paths taken only outside Dynamo).  Then the
 coverage of transformers models (``hf_zoo``), profiled at the shapes they are planned at.
 
-    python -m experiments.profile_calibration            # ~5-8 min on 2 shared cores
+    python -m experiments.profile_calibration            # 3 rounds: ~3x --rounds 1
     python -m experiments.profile_calibration --quick
 """
 
