@@ -53,7 +53,7 @@ def budgeted(problem: SchedulingProblem, stream_of: Mapping[str, int],
              budgets: Mapping[int, float]) -> SchedulingProblem:
     """``problem`` with each op on a budgeted stream capped to its budget (share ``b``,
     duration stretched by ``s / b``); streams without a budget, lanes and ops within
-    their budget are unchanged.
+    their budget are unchanged; the graph's ``core_budgets`` attribute names the budgets.
 
     >>> import networkx as nx
     >>> g = nx.DiGraph(); g.add_node("x", duration=4.0, share=0.8)
@@ -72,6 +72,7 @@ def budgeted(problem: SchedulingProblem, stream_of: Mapping[str, int],
         if b is not None and share > b:
             data["duration"] = float(data["duration"]) * share / b
             data["share"] = b
+    g.graph["core_budgets"] = dict(sorted(budgets.items()))
     return replace(problem, graph=g)
 
 

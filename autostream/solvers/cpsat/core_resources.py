@@ -173,7 +173,7 @@ def solve_cores(t: CoreTasks, stream: Sequence[int], order: Sequence[int], budge
     end = [m.new_int_var(0, horizon, f"e{v}") for v in range(n)]
     level = {s: [m.new_bool_var(f"b{s}_{k}") for k in range(len(t.levels))]
              for s in range(1, t.streams)}
-    for s, lits in level.items():
+    for lits in level.values():
         m.add_exactly_one(lits)
         for k, lit in enumerate(lits):
             m.add_hint(lit, t.levels[k] == 1.0)
