@@ -192,14 +192,18 @@ def solve_cores(t: CoreTasks, stream: Sequence[int], order: Sequence[int], budge
             continue
         on[v] = {s: m.new_bool_var(f"x{v}_{s}") for s in range(t.streams)}
         m.add_exactly_one(on[v].values())
+        terms = []
         for s, x in on[v].items():
             m.add_hint(x, s == stream[v])
             for ks, d, blk in modes(t, v, s):
                 lit = x if s == 0 or len(ks) == len(t.levels) else _both(m, x, level[s], ks)
+                if lit is not x:
+                    m.add_hint(lit, s == stream[v] and t.levels.index(1.0) in ks)
                 iv = m.new_optional_fixed_size_interval_var(start[v], d, lit, f"o{v}_{s}_{ks[0]}")
-                m.add(end[v] == start[v] + d).only_enforce_if(lit)
+                terms.append(d * lit)
                 per_queue.setdefault(("stream", s), []).append(iv)
                 _demand(cumulative, demands, iv, blk)
+        m.add(end[v] == start[v] + sum(terms))  # one mode holds: its duration
     for ivs in per_queue.values():
         m.add_no_overlap(ivs)
     for k in (0, 1):
