@@ -17,8 +17,9 @@ never predicted slower than the same plan without.  Only the ``cpsat`` solver pl
 with budgets (``PlanOptions.core_budgets``).
 
 A side op of the whole chip (``b``) beside the critical chain ``a -> c`` (``c`` uses a
-quarter of the chip): without a budget ``a`` and ``b`` run at half speed; with half
-the chip for ``b`` the chain gets two thirds of it while they overlap.
+quarter of the chip): without a budget ``a`` and ``b`` run at half speed; with three
+quarters of the chip for ``b``, ``a`` gets four sevenths of it while they overlap and
+``c`` all it needs afterwards.
 
 >>> import networkx as nx
 >>> from autostream.problem import SchedulingProblem
@@ -30,7 +31,7 @@ the chip for ``b`` the chain gets two thirds of it while they overlap.
 >>> plain = solve(p, "heft")
 >>> choice = plan_budgets(p, plain, {"cube": 24, "vector": 48}, time_s=1.0)
 >>> choice.without_us, choice.budgets, choice.with_us
-(40.0, {1: 0.5}, 35.0)
+(40.0, {1: 0.75}, 37.5)
 """
 
 from __future__ import annotations
