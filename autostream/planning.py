@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -331,6 +332,8 @@ def with_core_budgets(fit: FitInputs, candidate: Any, cost_model: CostModel,
         return None, ""
     capped = budgeted(problem, choice.stream_of, choice.budgets)
     schedule = schedule_from_assignment(capped, choice.stream_of, "cpsat", order=choice.order)
+    # budgets only lengthen ops: the bound of the plan without them bounds this one too
+    schedule = dataclasses.replace(schedule, lower_bound=candidate.schedule.lower_bound)
     if dict(schedule.stream_of) != choice.stream_of:  # renumbered: budgets would move
         return None, ("planned without core budgets: the budgeted plan's streams were "
                       "renumbered")
