@@ -48,6 +48,8 @@ from autostream.simulate import simulate
 LEVELS = (0.25, 0.5, 0.75, 1.0)
 #: the model's time unit is the warm plan's makespan over this many units
 RESOLUTION = 1000
+#: the most ops one budget model holds (the whole graph in one model: no pieces)
+MAX_OPS = 2000
 
 
 def budgeted(problem: SchedulingProblem, stream_of: Mapping[str, int],

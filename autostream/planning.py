@@ -316,7 +316,7 @@ def with_core_budgets(fit: FitInputs, candidate: Any, cost_model: CostModel,
     """``(candidate re-planned with side-stream core budgets, a note)``
     (``autostream.core_budgets``; its problem's graph names the budgets); ``(None, why)``
     unless the simulator predicts the budgets faster."""
-    from autostream.core_budgets import budgeted, check_cores, plan_budgets
+    from autostream.core_budgets import MAX_OPS, budgeted, check_cores, plan_budgets
     from autostream.solvers.base import schedule_from_assignment
 
     cores = getattr(getattr(cost_model, "profile", None), "cores", {}) or {}
@@ -325,6 +325,9 @@ def with_core_budgets(fit: FitInputs, candidate: Any, cost_model: CostModel,
     except ValueError as exc:
         return None, f"planned without core budgets: {exc}"
     problem = candidate.problem
+    if len(problem.graph) > MAX_OPS:
+        return None, (f"planned without core budgets: {len(problem.graph)} ops, over the "
+                      f"{MAX_OPS} one budget model holds (the whole graph, no pieces)")
     time_s = CpsatOptions(**{k: v for k, v in solver_options.items()
                              if k == "time_limit"}).seconds(len(problem.graph))
     choice = plan_budgets(problem, candidate.schedule, cores, time_s=time_s)
