@@ -1,10 +1,11 @@
 """Core budgets per side stream on the ``ascend910b`` table: predicted makespans, no device.
 
 Each model's graphs are planned by the pass's planner (cpsat) on the shipped
-``ascend910b`` table at 2 and 4 streams, once without and once with core budgets
-(``PlanOptions.core_budgets``: CP-SAT chooses the streams and each side stream's
-budget, quarters of the chip, together; :mod:`autostream.core_budgets`).  Printed per
-model and stream count: the predicted makespan without and with budgets, the gap of
+``ascend910b`` table at 2 and 4 streams; then CP-SAT's budget model, warm-started from
+that plan, chooses the streams and each side stream's budget (quarters of the chip)
+together, replayed on the simulator (:func:`autostream.core_budgets.plan_budgets`, what
+``PlanOptions.core_budgets`` runs).  Printed per model and stream count: the
+predicted makespan of the plan without budgets and of the plan with them, the gap of
 each to the lower bound of the plan without budgets (budgets only lengthen ops, so
 it bounds both), and the budgets chosen.  No memory budget, so that only the core
 budgets differ.  Every figure is a prediction of the simulator: no Ascend device was
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from autostream import hf_zoo, zoo
 from autostream.capture import capture_graphs
+from autostream.core_budgets import plan_budgets
 from autostream.cost import TableCostModel
 from autostream.planning import PlanOptions, plan_graph
 from experiments.headline import Headline, record
@@ -85,17 +87,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             without = with_ = bound = 0.0
             ops, wide, chosen = 0, 0, []
             for gm in graphs:
-                plans = [plan_graph(gm, PlanOptions(
-                    max_streams=streams, time_limit=args.time_limit, max_memory_increase=None,
-                    core_budgets=budgets), costs) for budgets in (False, True)]
-                plain, budgeted = plans
-                without += plain.schedule.makespan
-                with_ += budgeted.schedule.makespan
+                plain = plan_graph(gm, PlanOptions(max_streams=streams,
+                                                   time_limit=args.time_limit,
+                                                   max_memory_increase=None), costs)
+                choice = plan_budgets(plain.problem, plain.schedule, costs.profile.cores,
+                                      time_s=args.time_limit)
+                without += choice.without_us
+                with_ += choice.with_us
                 bound += plain.schedule.lower_bound
                 ops += len(plain.problem.graph)
                 wide += sum(1 for v in plain.problem.shares.values() if v > 0.25)
-                chosen += [f"{k}: {v:g}" for k, v in sorted(budgeted.core_budgets.items())]
-                worse += budgeted.predicted_us > plain.predicted_us + 1e-9
+                chosen += [f"{k}: {v:g}" for k, v in choice.budgets.items()]
+                worse += choice.with_us > choice.without_us
             gains[f"{name} x{streams}"] = without / with_ if with_ else 1.0
             print(f"| {name} | {streams} | {ops} | {wide} | {without:.1f} | "
                   f"{_gap(without, bound)} | {with_:.1f} | {_gap(with_, bound)} | "
