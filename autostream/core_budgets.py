@@ -1,56 +1,62 @@
-"""Core budgets per side stream, searched on the contention model after the streams are chosen.
+"""Core budgets per side stream, chosen by CP-SAT together with the streams.
 
 A stream's budget caps the fraction of the chip its ops may occupy (TorchAir's
-``limit_core_num``).  An op of share ``s`` on a stream of budget ``b < s`` runs on
-``b`` of the chip and takes ``s / b`` times as long (linear in blocks: the profile
-gives no better law), so its work, share times duration, is unchanged; what a
-budget changes is who waits under contention: the processor-sharing model slows
-every running op while their shares sum past the capacity, and a capped side stream
-leaves the rest to the critical path.  Budgets never shorten an op, so the planner's
-lower bound (ops at their own speed) stays valid.
+``limit_core_num``): each side stream gets one of ``LEVELS`` (quarters of the chip),
+the main stream keeps the whole chip.  An op of share ``s`` on a stream of budget
+``b < s`` runs on ``b`` of the chip and takes ``s / b`` times as long (linear in
+blocks: the profile gives no better law), so its work, share times duration, is
+unchanged; what a budget changes is who waits under contention.  Budgets never
+shorten an op, so the plan's lower bound (ops at their own speed) stays valid.
 
-The main stream keeps the whole chip; each side stream's budget is one of ``LEVELS``
-(quarters of the chip), all tuples tried on the simulator (4^3 = 64 at four
-streams) and the shortest kept, ties to the larger budgets.  The tuple of whole-chip
-budgets is the plan without budgets, so a plan with budgets is never predicted
-slower than the same plan without.
-
-This is a search after the streams are fixed, not budgets chosen in CP-SAT's model
-together with the streams, and nothing emits the budgets into the graph yet
-(:func:`scope_keys` gives the scope keys ``limit_core_num`` uses).
+:func:`plan_budgets` builds the integer model of :mod:`autostream.solvers.cpsat.core_resources`
+(an op demands its share of the cube and of the vector cores, rounded to blocks),
+warm-started from a plan without budgets, and replays its answer on the simulator:
+the budgets are kept only when the simulator predicts them strictly faster than both
+that plan and the same streams and order without budgets, so a plan with budgets is
+never predicted slower than the same plan without.  Only the ``cpsat`` solver plans
+with budgets (``PlanOptions.core_budgets``).
 
 A side op of the whole chip (``b``) beside the critical chain ``a -> c`` (``c`` uses a
-quarter of the chip): without a budget ``a`` and ``b`` run at half speed; with half
-the chip for ``b`` the chain gets two thirds of it while they overlap.
+quarter of the chip): without a budget ``a`` and ``b`` run at half speed; with three
+quarters of the chip for ``b``, ``a`` gets four sevenths of it while they overlap and
+``c`` all it needs afterwards.
 
 >>> import networkx as nx
 >>> from autostream.problem import SchedulingProblem
+>>> from autostream.solvers import solve
 >>> g = nx.DiGraph([("a", "c")])
 >>> g.add_node("a", duration=10.0, share=1.0); g.add_node("b", duration=10.0, share=1.0)
 >>> g.add_node("c", duration=20.0, share=0.25)
->>> choice = choose_budgets(SchedulingProblem(g, 2), {"a": 0, "b": 1, "c": 0}, ["a", "b", "c"])
+>>> p = SchedulingProblem(g, 2)
+>>> plain = solve(p, "heft")
+>>> choice = plan_budgets(p, plain, {"cube": 24, "vector": 48}, time_s=1.0)
 >>> choice.without_us, choice.budgets, choice.with_us
-(40.0, {1: 0.5}, 35.0)
+(40.0, {1: 0.75}, 37.5)
 """
 
 from __future__ import annotations
 
-import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from autostream.problem import SchedulingProblem
+from autostream.schedule import Schedule
 from autostream.simulate import simulate
 
 #: the budgets a side stream may get: quarters of the chip
 LEVELS = (0.25, 0.5, 0.75, 1.0)
+#: the model's time unit is the warm plan's makespan over this many units
+RESOLUTION = 1000
+#: the most ops one budget model holds (the whole graph in one model: no pieces)
+MAX_OPS = 2000
 
 
 def budgeted(problem: SchedulingProblem, stream_of: Mapping[str, int],
              budgets: Mapping[int, float]) -> SchedulingProblem:
     """``problem`` with each op on a budgeted stream capped to its budget (share ``b``,
     duration stretched by ``s / b``); streams without a budget, lanes and ops within
-    their budget are unchanged.
+    their budget are unchanged; the graph's ``core_budgets`` attribute names the budgets.
 
     >>> import networkx as nx
     >>> g = nx.DiGraph(); g.add_node("x", duration=4.0, share=0.8)
@@ -69,16 +75,21 @@ def budgeted(problem: SchedulingProblem, stream_of: Mapping[str, int],
         if b is not None and share > b:
             data["duration"] = float(data["duration"]) * share / b
             data["share"] = b
+    g.graph["core_budgets"] = dict(sorted(budgets.items()))
     return replace(problem, graph=g)
 
 
 @dataclass(frozen=True)
 class BudgetChoice:
-    """The budgets chosen for a plan's side streams and the makespans with and without."""
+    """A plan with side-stream budgets, or the plan it started from when none helps."""
 
+    stream_of: dict[str, int]
+    order: tuple[str, ...]
     budgets: dict[int, float]  # side stream -> budget; streams left whole are not listed
-    with_us: float
-    without_us: float
+    with_us: float  # simulated makespan of this plan with its budgets
+    without_us: float  # simulated makespan of the plan without budgets it started from
+    same_plan_without_us: float  # these streams and order without budgets
+    optimal: bool  # CP-SAT proved the model's optimum
 
     @property
     def gain(self) -> float:
@@ -92,34 +103,86 @@ def _makespan(problem: SchedulingProblem, stream_of: Mapping[str, int],
     return max(end.values(), default=0.0)
 
 
-def choose_budgets(problem: SchedulingProblem, stream_of: Mapping[str, int],
-                   order: Sequence[str], levels: Sequence[float] = LEVELS) -> BudgetChoice:
-    """The side-stream budgets from ``levels`` that the simulator predicts shortest for
-    this plan (every tuple tried; ties to the larger budgets)."""
-    if 1.0 not in levels:
-        raise ValueError("levels must include 1.0 (the whole chip: no budget)")
-    side = sorted({s for s in stream_of.values() if s > 0})
-    without = _makespan(problem, stream_of, order)
-    best, best_us = {}, without
-    for combo in itertools.product(sorted(levels, reverse=True), repeat=len(side)):
-        budgets = {s: b for s, b in zip(side, combo, strict=True) if b < 1.0}
-        if not budgets:
-            continue
-        us = _makespan(budgeted(problem, stream_of, budgets), stream_of, order)
-        if us < best_us - 1e-9:
-            best, best_us = budgets, us
-    return BudgetChoice(best, best_us, without)
+def check_cores(cores: Mapping[str, int]) -> tuple[int, int]:
+    """``(cube, vector)`` core counts of a device profile, or a ``ValueError`` saying what
+    is missing and how to fix it.
+
+    >>> check_cores({"sm": 132})
+    Traceback (most recent call last):
+    ...
+    ValueError: the device profile has no cube and vector core counts (profile.cores); core budgets need them: use a table with profile.cores (ascend910b has them) or drop core_budgets
+    """
+    if not cores.get("cube") or not cores.get("vector"):
+        raise ValueError("the device profile has no cube and vector core counts "
+                         "(profile.cores); core budgets need them: use a table with "
+                         "profile.cores (ascend910b has them) or drop core_budgets")
+    return int(cores["cube"]), int(cores["vector"])
+
+
+def plan_budgets(problem: SchedulingProblem, plan: Schedule, cores: Mapping[str, int],
+                 levels: Sequence[float] = LEVELS, time_s: float = 1.0,
+                 seed: int = 0) -> BudgetChoice:
+    """Streams and side-stream budgets from CP-SAT's model, warm-started from ``plan``
+    (streams and launch order without budgets), checked on the simulator."""
+    from autostream.solvers.cpsat.core_resources import CoreTasks, solve_cores
+
+    cube_vector = check_cores(cores)
+    without = _makespan(problem, plan.stream_of, plan.order)
+    keep = BudgetChoice(dict(plan.stream_of), tuple(plan.order), {}, without, without, without,
+                        False)
+    if problem.streams < 2 or without <= 0:
+        return keep
+    names = list(problem.topo_order)
+    index = {n: i for i, n in enumerate(names)}
+    unit = without / RESOLUTION
+    pinned = problem.pinned
+    lat = problem.sync_latency_us
+    tasks = CoreTasks(
+        durations=tuple(round(problem.durations[n] / unit) for n in names),
+        blocks=tuple(_blocks(problem.shares[n], cube_vector) for n in names),
+        preds=tuple(tuple(sorted(index[p] for p in problem.graph.predecessors(n)))
+                    for n in names),
+        streams=problem.streams, latency=max(1, round(lat / unit)) if lat > 0 else 0,
+        cores=cube_vector, levels=tuple(sorted(set(levels))),
+        lanes=tuple((index[n], -s - 1) for n, s in pinned.items()))
+    sol = solve_cores(tasks, [max(plan.stream_of[n], 0) for n in names],
+                      [index[n] for n in plan.order], time_s, seed)
+    order = tuple(sorted(names, key=lambda n: (sol.start[index[n]], index[n])))
+    renumber: dict[int, int] = {}
+    for n in order:
+        if n not in pinned:
+            renumber.setdefault(sol.stream[index[n]], len(renumber))
+    stream_of = {n: pinned[n] if n in pinned else renumber[sol.stream[index[n]]] for n in names}
+    budgets = {renumber[s]: b for s, b in enumerate(sol.budgets)
+               if s in renumber and renumber[s] != 0 and b < 1.0}
+    same = _makespan(problem, stream_of, order)
+    with_us = _makespan(budgeted(problem, stream_of, budgets), stream_of, order)
+    if not budgets or with_us >= min(without, same) - 1e-9 * max(1.0, without):
+        return replace(keep, optimal=sol.optimal)
+    return BudgetChoice(stream_of, order, dict(sorted(budgets.items())), with_us, without, same,
+                        sol.optimal)
+
+
+def _blocks(share: float, cores: tuple[int, int]) -> tuple[int, int]:
+    """An op's share of the chip as blocks of each core kind (at least one when it has one).
+
+    >>> _blocks(0.3, (24, 48)), _blocks(0.0, (24, 48)), _blocks(0.001, (24, 48))
+    ((8, 15), (0, 0), (1, 1))
+    """
+    if share <= 0:
+        return 0, 0
+    return tuple(max(1, min(c, math.ceil(share * c - 1e-9))) for c in cores)  # type: ignore[return-value]
 
 
 def scope_keys(budget: float, cores: Mapping[str, int]) -> dict[str, str]:
     """The scope keys TorchAir's ``limit_core_num(aicore, vectorcore)`` emits for a
-    budget of ``budget`` of a chip with ``cores`` (``cube``, ``vector``).
+    budget of ``budget`` of a chip with ``cores`` (``cube``, ``vector``): its values are
+    strings, as ``limit_core_num`` writes them.
 
     >>> scope_keys(0.25, {"cube": 24, "vector": 48})
     {'_op_aicore_num': '6', '_op_vectorcore_num': '12'}
     """
-    if not cores.get("cube") or not cores.get("vector"):
-        raise ValueError("the device profile has no cube and vector core counts "
-                         "(profile.cores); core budgets need them")
-    return {"_op_aicore_num": str(max(1, int(budget * cores["cube"]))),
-            "_op_vectorcore_num": str(max(1, int(budget * cores["vector"])))}
+    from autostream.solvers.cpsat.core_resources import budget_cores
+
+    cube, vector = budget_cores(budget, check_cores(cores))
+    return {"_op_aicore_num": str(cube), "_op_vectorcore_num": str(vector)}

@@ -30,6 +30,7 @@ import cost_models
 from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
 from autostream.comm import has_communication
 from autostream.comm.agree import check_through_store, graph_key, outcome_digest
+from autostream.core_budgets import check_cores, scope_keys
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.dialects.torchair import is_stream_op
@@ -208,6 +209,9 @@ class AutoStreamPass(CustomGraphPass):
     #: a fraction of the single-stream peak (``0.1``), a size (``"512MiB"``) or both
     #: (``"10%,2MiB"``: the larger); ``None``: no budget (``autostream.budget``)
     max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
+    #: also choose each side stream's core budget in CP-SAT's model and emit it as
+    #: ``limit_core_num``'s scope keys (``autostream.core_budgets``; cpsat only)
+    core_budgets: bool = False
     history: int = DEFAULT_HISTORY
     reports: deque[PassReport] = field(init=False, compare=False, hash=False, repr=False)
     _table: TableCostModel | None = field(init=False, compare=False, hash=False, repr=False)
@@ -224,6 +228,11 @@ class AutoStreamPass(CustomGraphPass):
             raise ValueError(f"history must be an integer >= 1 (reports kept), got "
                              f"{self.history!r}")
         table = None if self.cost_table is None else load_table(self.cost_table)
+        if self.core_budgets and table is not None:
+            try:
+                check_cores(table.profile.cores)
+            except ValueError as exc:
+                raise ValueError(f"cost_table={os.fspath(self.cost_table)!r}: {exc}") from None
         object.__setattr__(self, "_table", table)
         object.__setattr__(self, "_defaults", {})
         object.__setattr__(self, "_digest", [])
@@ -232,7 +241,7 @@ class AutoStreamPass(CustomGraphPass):
 
     def options(self) -> PlanOptions:
         return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit,
-                           self.max_memory_increase)
+                           self.max_memory_increase, self.core_budgets)
 
     def cost_model_for(self, device_type: str) -> TableCostModel:
         """The user's table, else the default of ``device_type`` (warning once if unmeasured)."""
@@ -258,7 +267,8 @@ class AutoStreamPass(CustomGraphPass):
             tables = ",".join(f"{device}={TableCostModel.load(name).table.digest()}"
                               for device, name in sorted(DEFAULT_TABLES.items()))
         text = (f"{_VERSION}|{__version__}|{self.max_streams}|{self.solver}|{tables}|"
-                f"{self.time_limit}|{self.max_memory_increase!r}")
+                f"{self.time_limit}|{self.max_memory_increase!r}"
+                + ("|core_budgets" if self.core_budgets else ""))
         return hashlib.sha256(text.encode()).hexdigest()
 
     def uuid(self) -> str:
@@ -298,7 +308,7 @@ class AutoStreamPass(CustomGraphPass):
         # the options in the key: one process may plan a graph with several passes;
         # the table is not, so that another table on one rank shows as a mismatch
         key = graph_key(gm.graph, f"{self.max_streams}|{self.solver}|{self.time_limit}|"
-                                  f"{self.max_memory_increase!r}|{mode}")
+                                  f"{self.max_memory_increase!r}|{self.core_budgets}|{mode}")
         names = [f"{n.name}:{target_name(n)}" for n in gm.graph.nodes]
         report = self._plan_and_rewrite(gm, example_inputs, mode)
         plan = report.plan if report.applied else None
@@ -341,7 +351,9 @@ class AutoStreamPass(CustomGraphPass):
         watch = Stopwatch()
         try:
             rewrite_graph(gm, plan.schedule, plan.syncs,
-                          join_before_last=mode == GE_MODE and not plan.is_single_stream)
+                          join_before_last=mode == GE_MODE and not plan.is_single_stream,
+                          core_scopes={s: scope_keys(b, costs.profile.cores)
+                                       for s, b in plan.core_budgets.items()})
             watch.lap("rewrite")
             verify_rewrite(gm, plan.op_graph, mode).raise_if_failed()
             watch.lap("verify")
@@ -368,8 +380,9 @@ def _applied_reason(plan: Plan) -> str:
     n = len(plan.syncs)
     what = ("collectives overlapped on one stream" if plan.reorders else
             f"{plan.schedule.streams_used} streams, {n} sync{'s' * (n != 1)}")
-    return (f"{what}, predicted {plan.predicted_us:.1f} us vs {plan.single_stream_us:.1f} us "
-            f"on one stream ({plan.predicted_speedup:.2f}x)"
+    budgets = "".join(f", stream {s} on {b:g} of the chip" for s, b in plan.core_budgets.items())
+    return (f"{what}{budgets}, predicted {plan.predicted_us:.1f} us vs "
+            f"{plan.single_stream_us:.1f} us on one stream ({plan.predicted_speedup:.2f}x)"
             + _memory_note(plan))
 
 

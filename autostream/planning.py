@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -58,6 +59,8 @@ class PlanOptions:
     time_limit: float | None = None
     #: how far the plan's predicted peak may rise above one stream's (``autostream.budget``)
     max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
+    #: also choose each side stream's core budget (``autostream.core_budgets``; cpsat only)
+    core_budgets: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.max_streams, bool) or not isinstance(self.max_streams, int) or self.max_streams < 1:
@@ -74,6 +77,10 @@ class PlanOptions:
                              f"table file (or None: the default table of the graph's device), "
                              f"got {type(self.cost_table).__name__} {self.cost_table!r}")
         MemoryBudget.parse(self.max_memory_increase)
+        if self.core_budgets and self.solver != "cpsat":
+            raise ValueError(f"core_budgets=True needs solver='cpsat' (budgets are chosen in "
+                             f"its model; other solvers plan without budgets), got solver="
+                             f"{self.solver!r}: use solver='cpsat' or drop core_budgets")
 
     @property
     def memory_budget(self) -> MemoryBudget | None:
@@ -103,6 +110,9 @@ class Plan:
     transfers: Mapping[str, Transfer] = field(default_factory=dict)
     #: what the planner could not identify in the graph's communication (see there)
     comm_notes: tuple[str, ...] = field(default_factory=tuple)
+    #: side stream -> its core budget (a fraction of the chip); ``problem`` has the ops on
+    #: budgeted streams stretched (``autostream.core_budgets``)
+    core_budgets: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def predicted_speedup(self) -> float:
@@ -148,6 +158,8 @@ class Plan:
             "plan_seconds": self.plan_seconds,
             "stage_seconds": self.stages.as_dict(),
             "cost_sources": str(self.cost_sources),
+            **({"core_budgets": {str(k): v for k, v in self.core_budgets.items()}}
+               if self.core_budgets else {}),
             **self._memory_summary(),
         }
 
@@ -259,6 +271,12 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
         solved = get_solver(options.solver)(split_problem, **solver_options)
         watch.lap("solve")
         candidate = evaluate(fit, solved, split_problem, how=f"{options.solver} plan")
+        if options.core_budgets:
+            budgeted, note = with_core_budgets(fit, candidate, cost_model,
+                                                        solver_options)
+            notes += [note] if note else []
+            candidate = budgeted or candidate
+            watch.lap("solve")
         if candidate.schedule.streams_used > 1 and candidate.predicted_us < bar:
             chosen, fit_notes = fit_plan(fit, candidate, single_plan, limit, MIN_RELATIVE_GAIN)
             notes += fit_notes
@@ -288,7 +306,49 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
         stages=watch.times(),
         transfers=transfers,
         comm_notes=comm_notes,
+        # the problem of a budgeted plan (and of its memory repairs) names its budgets
+        core_budgets=dict(chosen.problem.graph.graph.get("core_budgets", {})),
     )
+
+
+def with_core_budgets(fit: FitInputs, candidate: Any, cost_model: CostModel,
+                      solver_options: Mapping[str, Any]) -> tuple[Any, str]:
+    """``(candidate re-planned with side-stream core budgets, a note)``
+    (``autostream.core_budgets``; its problem's graph names the budgets); ``(None, why)``
+    unless the simulator predicts the budgets faster."""
+    from autostream.core_budgets import MAX_OPS, budgeted, check_cores, plan_budgets
+    from autostream.solvers.base import schedule_from_assignment
+
+    cores = getattr(getattr(cost_model, "profile", None), "cores", {}) or {}
+    try:
+        check_cores(cores)
+    except ValueError as exc:
+        return None, f"planned without core budgets: {exc}"
+    problem = candidate.problem
+    if len(problem.graph) > MAX_OPS:
+        return None, (f"planned without core budgets: {len(problem.graph)} ops, over the "
+                      f"{MAX_OPS} one budget model holds (the whole graph, no pieces)")
+    time_s = CpsatOptions(**{k: v for k, v in solver_options.items()
+                             if k == "time_limit"}).seconds(len(problem.graph))
+    choice = plan_budgets(problem, candidate.schedule, cores, time_s=time_s)
+    if not choice.budgets:
+        return None, ""
+    capped = budgeted(problem, choice.stream_of, choice.budgets)
+    schedule = schedule_from_assignment(capped, choice.stream_of, "cpsat", order=choice.order)
+    # budgets only lengthen ops: the bound of the plan without them bounds this one too
+    schedule = dataclasses.replace(schedule, lower_bound=candidate.schedule.lower_bound)
+    if dict(schedule.stream_of) != choice.stream_of:  # renumbered: budgets would move
+        return None, ("planned without core budgets: the budgeted plan's streams were "
+                      "renumbered")
+    how = "cpsat plan with core budgets " + ", ".join(
+        f"{s}: {b:g}" for s, b in choice.budgets.items())
+    with_budgets = evaluate(fit, schedule, capped, how=how)
+    same = schedule_from_assignment(problem, choice.stream_of, "cpsat", order=choice.order)
+    same_without = evaluate(fit, same, problem, how="cpsat plan of the core budget model")
+    # kept only when faster than the plan it started from and the same plan without them
+    if with_budgets.predicted_us < min(candidate.predicted_us, same_without.predicted_us):
+        return with_budgets, ""
+    return None, ""
 
 
 def _resolve_options(solver: str, solver_options: Mapping[str, Any], ops: int) -> dict[str, Any]:

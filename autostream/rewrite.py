@@ -5,13 +5,16 @@ The linear node order becomes the schedule's launch order.  Ops of side stream
 ``air.scope_exit()``; a sync is ``t = air.record()`` right after its producer (on
 the producer's stream) and ``air.wait([t, ...])`` right before its consumer (on
 the consumer's stream); side streams are joined by a ``wait`` on the main stream
-right before ``output``.  Existing nodes are moved, never recreated, so their
+right before ``output``.  A side stream with a core budget gets a second scope inside
+its stream scope with the keys ``torchair.scope.limit_core_num`` emits (separate: TorchAir's
+ACL graph turns a scope holding both core keys into ``set_stream_limit`` and drops the
+scope).  Existing nodes are moved, never recreated, so their
 ``meta`` stays intact.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -65,6 +68,7 @@ def rewrite_graph(
     syncs: Sequence[Sync],
     ops: AirOps | None = None,
     join_before_last: bool = False,
+    core_scopes: Mapping[int, Mapping[str, str]] | None = None,
 ) -> list[torch.fx.Node]:
     """Reorder ``gm.graph`` to the launch order and insert scope/record/wait nodes.
 
@@ -72,9 +76,14 @@ def rewrite_graph(
     be on the main stream) instead of right before ``output``, so that it precedes a real
     op (TorchAir's GE attaches a wait to the next op on its stream; see
     ``dialects.torchair_modes``).  Returns the inserted nodes.  ``gm`` is edited in place
-    and recompiled.
+    and recompiled.  ``core_scopes``: side stream -> the scope keys of its core budget
+    (``core_budgets.scope_keys``).
     """
     ops = ops or air_ops()
+    core_scopes = core_scopes or {}
+    if 0 in core_scopes:
+        raise ValueError("the main stream keeps the whole chip: core_scopes names side "
+                         "streams only")
     graph = gm.graph
     by_name = {n.name: n for n in graph.nodes}
     waits = group_waits(syncs)
@@ -98,6 +107,10 @@ def rewrite_graph(
         cursor = new
         return new
 
+    def exit_scope(stream: int) -> None:
+        for _ in range(1 + (stream in core_scopes)):
+            emit(ops.scope_exit)
+
     launched = [n for n in schedule.order if schedule.stream_of[n] >= 0]
     last = launched[-1] if join_before_last and launched and JOIN in waits else None
     if last is not None:
@@ -114,9 +127,12 @@ def rewrite_graph(
         node = by_name[name]
         if stream != current:
             if current != 0:
-                emit(ops.scope_exit)
+                exit_scope(current)
             if stream != 0:
                 emit(ops.scope_enter, ([STREAM_LABEL_KEY], [stream_label(stream)]))
+                if stream in core_scopes:
+                    keys = core_scopes[stream]
+                    emit(ops.scope_enter, (list(keys), [keys[k] for k in keys]))
             current = stream
         if name in waits:
             emit(ops.wait, ([tokens[p] for p in waits[name]],))
@@ -128,7 +144,7 @@ def rewrite_graph(
                 token.meta["val"] = token_val
             tokens[name] = token
     if current != 0:
-        emit(ops.scope_exit)
+        exit_scope(current)
     if JOIN in waits:
         emit(ops.wait, ([tokens[p] for p in waits[JOIN]],))
     cursor.append(output)

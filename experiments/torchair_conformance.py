@@ -48,6 +48,9 @@ class Findings:
     #: GE: a wait's control edges on a ``Const`` (made for a scalar argument), not on the
     #: consumer's compute op; ordered by the model here, but GE may fold the ``Const`` away
     waits_on_const: list[str] = field(default_factory=list)
+    #: the core limits the program applies: GE ops carrying ``limit_core_num``'s attributes,
+    #: ACL ``torch.npu.set_stream_limit`` calls
+    core_limits: list[str] = field(default_factory=list)
     scopes: int = 0
     syncs: int = 0
 
@@ -70,9 +73,14 @@ def _air(node: torch.fx.Node) -> str | None:
     return None
 
 
-def _label(node: torch.fx.Node) -> str:
+def _label(node: torch.fx.Node, enclosing: str = MAIN) -> str:
+    """The stream a ``scope_enter`` selects: its label, else the enclosing scope's (a scope
+    of other keys, such as ``limit_core_num``'s, nested in a stream scope)."""
     keys, values = node.args[0], node.args[1]
-    return dict(zip(keys, values)).get("_user_stream_label", MAIN)
+    return dict(zip(keys, values)).get("_user_stream_label", enclosing)
+
+
+CORE_KEYS = ("_op_aicore_num", "_op_vectorcore_num")
 
 
 # ---- storage: which FX values share memory -------------------------------------------------
@@ -162,7 +170,10 @@ def acl_findings(gm: torch.fx.GraphModule) -> Findings:
         current = clock.setdefault(stream, {})
         if kind == "scope_enter":
             found.scopes += 1
-            stack.append(_label(node))
+            stack.append(_label(node, stream))
+            continue
+        if node.op == "call_function" and "set_stream_limit" in str(node.target):
+            found.core_limits.append(f"{stream}: set_stream_limit{tuple(map(str, node.args[1:]))}")
             continue
         if kind == "scope_exit":
             stack.pop() if len(stack) > 1 else None
@@ -235,7 +246,7 @@ def _fx_streams(fx: torch.fx.GraphModule) -> dict[str, str]:
     for node in fx.graph.nodes:
         kind = _air(node)
         if kind == "scope_enter":
-            stack.append(_label(node))
+            stack.append(_label(node, stack[-1]))
         elif kind == "scope_exit":
             stack.pop() if len(stack) > 1 else None
         else:
@@ -264,6 +275,9 @@ def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
         ancestors.append(mask)
         if op.type not in ("Data", "RefData"):
             last_on[label] = i
+        if all(k in op.attr for k in CORE_KEYS):
+            found.core_limits.append(f"{label}: {op.name} ({op.type}) " + ", ".join(
+                f"{k}={op.attr[k].s.decode()}" for k in CORE_KEYS))
         if op.type == "Const" and _ge_inputs(op)[1]:
             found.waits_on_const.append(f"{op.name} ({label}) for {origin.get(op.name, '?')} "
                                         f"carries control edges {_ge_inputs(op)[1]}")
@@ -370,8 +384,16 @@ def models() -> dict[str, Any]:
     return out
 
 
+def case_models() -> dict[str, Any]:
+    """The models ``--case`` runs: the table's, and the core budget demo."""
+    from experiments.core_budget_demo import demo_model
+
+    return {**models(), "core_budget_demo": demo_model}
+
+
 def run_case(factory: Any, streams: int, table: str, mode: str, drop_sync: bool = False,
-             without_mode: bool = False) -> list[tuple[Findings, Any]]:
+             without_mode: bool = False, core_budgets: bool = False
+             ) -> list[tuple[Findings, Any]]:
     """Capture the model, lower each graph with TorchAir and the pass; findings and reports."""
     from autostream.capture import capture
     from autostream.passes import AutoStreamPass
@@ -380,7 +402,8 @@ def run_case(factory: Any, streams: int, table: str, mode: str, drop_sync: bool 
     model, inputs = factory()
     out = []
     for graph in capture(model, inputs):
-        autostream_pass = AutoStreamPass(max_streams=streams, cost_table=table)
+        autostream_pass = AutoStreamPass(max_streams=streams, cost_table=table,
+                                         core_budgets=core_budgets)
         custom = WithoutMode(autostream_pass) if without_mode else autostream_pass
         custom = DropOneSync(custom) if drop_sync else custom
         lowered = torchair_real.lower(graph.gm, graph.args, mode, custom)
@@ -468,6 +491,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="with --case: delete the first wait after the pass")
     parser.add_argument("--without-mode", action="store_true",
                         help="with --case: the pass does not see TorchAir's config")
+    parser.add_argument("--core-budgets", action="store_true",
+                        help="with --case: the pass chooses core budgets (TABLE: a table "
+                             "with core counts, e.g. from experiments.core_budget_demo)")
     args = parser.parse_args(argv)
     torchair, why = torchair_or_reason()
     if torchair is None:
@@ -476,9 +502,11 @@ def main(argv: list[str] | None = None) -> None:
         import json
 
         name, streams, table, mode = args.case
-        results = run_case(models()[name], int(streams), table, mode, args.drop_sync,
-                           args.without_mode)
-        print(json.dumps([{**dataclasses.asdict(f), "applied": bool(r and r.applied)}
+        results = run_case(case_models()[name], int(streams), table, mode, args.drop_sync,
+                           args.without_mode, args.core_budgets)
+        print(json.dumps([{**dataclasses.asdict(f), "applied": bool(r and r.applied),
+                           "core_budgets": {str(k): v for k, v in r.plan.core_budgets.items()}
+                           if r is not None and r.plan is not None else {}}
                           for f, r in results]))
         return
     table_rows = rows(args.models)

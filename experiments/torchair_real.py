@@ -150,6 +150,24 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
 
+def _stream_limit_standins(npu: types.ModuleType) -> None:
+    """Named functions for what the ACL graph's ``replace_core_limit_nodes`` puts in the
+    graph (``torch.npu.current_stream``, ``get_stream_limit``, ``set_stream_limit``): FX
+    names a node by its target's ``__name__``, which a stub has not."""
+
+    def current_stream() -> str:
+        return "stream"
+
+    def get_stream_limit(stream: Any) -> dict[str, int]:
+        return {"cube_core_num": 0, "vector_core_num": 0}
+
+    def set_stream_limit(stream: Any, cube_core_num: int, vector_core_num: int) -> None:
+        return None
+
+    for fn in (current_stream, get_stream_limit, set_stream_limit):
+        setattr(npu, fn.__name__, fn)
+
+
 def load_torchair(root: Path) -> types.ModuleType:
     """Import ``torchair`` from ``root`` with only its native parts stubbed (idempotent)."""
     if "torchair" in sys.modules:
@@ -161,6 +179,7 @@ def load_torchair(root: Path) -> types.ModuleType:
     if not hasattr(torch, "npu"):
         torch.npu = _StubModule("torch.npu")
         sys.modules["torch.npu"] = torch.npu
+        _stream_limit_standins(torch.npu)
     sys.path.insert(0, str(root))
     try:
         torchair = importlib.import_module("torchair")

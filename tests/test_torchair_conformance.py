@@ -169,3 +169,29 @@ def test_acl_reinplace_race_is_gone_when_the_pass_sees_the_mode(torchair_cache):
     acl = run_case(torchair_cache, "gpt_oss", 4, "h200", "reduce-overhead")
     assert all(c["applied"] for c in acl)
     assert total(acl, "uncovered") == 0 and total(acl, "dropped_joins") == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_core_budgets_pass_both_modes_as_limit_core_num(torchair_cache, mode, tmp_path):
+    """The budget scope nested in the stream scope: GE keeps its keys as the side op's
+    attributes, the ACL graph turns it into ``set_stream_limit`` on the side stream (and
+    back at its exit), and every dependence stays covered."""
+    from experiments.core_budget_demo import demo_table
+
+    table = demo_table(tmp_path / "demo.json")
+    cmd = [sys.executable, "-W", "ignore", "-m", "experiments.torchair_conformance", "--case",
+           "core_budget_demo", "2", str(table), mode, "--core-budgets"]
+    done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **torchair_cache},
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [case] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert case["applied"] and case["core_budgets"] == {"1": 0.75}
+    for key in ("uncovered", "unlabelled_views", "dropped_joins", "uncovered_output_refs"):
+        assert case[key] == [], (key, case[key][:3])
+    if mode == "max-autotune":
+        assert case["core_limits"] == [
+            "stream_1: MatMul_1 (MatMul) _op_aicore_num=18, _op_vectorcore_num=36"]
+    else:  # set at the scope's entry, the stream's own limits restored at its exit
+        assert case["core_limits"] == ["stream_1: set_stream_limit('18', '36')",
+                                       "stream_1: set_stream_limit('getitem', 'getitem_1')"]

@@ -40,9 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "0 keeps it at one stream's peak (default "
                    f"{DEFAULT_MAX_MEMORY_INCREASE.replace('%', '%%')})")
     p.add_argument("--core-budgets", action="store_true",
-                   help="also search each side stream's core budget (quarters of the chip) on "
-                        "the contention model and report it with its predicted makespan; "
-                        "reported only, not yet emitted into the graph (models only)")
+                   help="also choose each side stream's core budget (quarters of the chip) in "
+                        "cpsat's model, emitted as limit_core_num's scope keys (models, "
+                        "cpsat, a table with cube and vector core counts)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
                    help="also write the figures as JSON to OUT")
     p.set_defaults(func=run)
@@ -150,8 +150,8 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
         raise ValueError("torch.compile captured no graph for this model; nothing to plan")
     gm = max(graphs, key=lambda g: len(g.graph.nodes))
     report = AutoStreamPass(max_streams=streams, solver=solver, cost_table=cost_table,
-                            time_limit=time_limit,
-                            max_memory_increase=max_memory_increase).apply(gm)
+                            time_limit=time_limit, max_memory_increase=max_memory_increase,
+                            core_budgets=core_budgets).apply(gm)
     if report.plan is None:
         raise RuntimeError(f"the model could not be planned: {report.reason}")
     summary = report.summary()
@@ -159,25 +159,19 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
     summary["solver_stats"] = solver_stats(report.plan.schedule)
     summary["notes"] = list(report.plan.notes)
     if core_budgets:
-        from autostream.planning import load_cost_model
-
-        profile = getattr(load_cost_model(cost_table), "profile", None)
-        summary["core_budgets"] = budget_summary(report.plan, getattr(profile, "cores", {}))
+        summary["core_budgets"] = budget_summary(report.plan, cost_table)
     return summary
 
 
-def budget_summary(plan: Any, cores: dict[str, int]) -> dict[str, Any]:
-    """The side-stream core budgets searched for ``plan`` (:mod:`autostream.core_budgets`),
-    with the ``limit_core_num`` scope keys when the table has ``cores``."""
-    from autostream.core_budgets import choose_budgets, scope_keys
+def budget_summary(plan: Any, cost_table: str | None) -> dict[str, Any]:
+    """The side-stream core budgets of ``plan`` and the ``limit_core_num`` scope keys each
+    side stream's scope gets."""
+    from autostream.core_budgets import scope_keys
+    from autostream.planning import load_cost_model
 
-    s = plan.schedule
-    choice = choose_budgets(plan.problem, s.stream_of, list(s.order))
-    keys = cores.get("cube") and cores.get("vector")
-    return {"budgets": {str(k): v for k, v in choice.budgets.items()},
-            "without_us": choice.without_us, "with_us": choice.with_us,
-            "scope_keys": {str(k): scope_keys(v, cores) for k, v in choice.budgets.items()}
-            if keys else {}}
+    cores = getattr(getattr(load_cost_model(cost_table), "profile", None), "cores", {})
+    return {"budgets": {str(k): v for k, v in plan.core_budgets.items()},
+            "scope_keys": {str(k): scope_keys(v, cores) for k, v in plan.core_budgets.items()}}
 
 
 def describe(spec: str, s: dict[str, Any]) -> str:
@@ -206,10 +200,9 @@ def describe(spec: str, s: dict[str, Any]) -> str:
         lines.append(f"  pass time          {s['pass_seconds']:.2f} s ({stages})")
     if "core_budgets" in s:
         b = s["core_budgets"]
-        chosen = ", ".join(f"stream {k}: {v:g} of the chip" for k, v in b["budgets"].items())
-        lines.append(f"  core budgets       {chosen or 'none helps'}: {b['with_us']:.2f} us "
-                     f"against {b['without_us']:.2f} us without (simulator; reported, not "
-                     "emitted)")
+        chosen = ", ".join(f"stream {k}: {v:g} of the chip ({keys})" for (k, v), keys in
+                           zip(b["budgets"].items(), b["scope_keys"].values(), strict=True))
+        lines.append(f"  core budgets       {chosen or 'none predicted faster: none emitted'}")
     lines += [f"note: {n}" for n in s.get("notes", [])]
     return "\n".join(lines)
 
