@@ -31,6 +31,7 @@ import networkx as nx
 
 from autostream.schedule import JOIN, Schedule, Sync
 
+
 def scope_latency_us(sync_latency_us: float, scope_us: float) -> float:
     """The latency of a cross-stream dependence when each one pays a scope's events.
 
