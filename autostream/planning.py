@@ -304,6 +304,7 @@ def _scopes_grouped(fit: FitInputs, chosen: Any, limit: int | None, notes: list[
     ``chosen`` itself if the grouped order would break the memory budget."""
     deps = nx.DiGraph(fit.deps)
     deps.add_edges_from(chosen.edges)
+    deps.add_edges_from(chosen.problem.graph.edges)  # a collective's transfer on its link
     order = grouped_order(chosen.schedule, chosen.syncs, deps)
     if order == chosen.schedule.order:
         return chosen
