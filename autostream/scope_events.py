@@ -16,10 +16,11 @@ than their syncs.  The model:
   scope's events cost 1.5 record/wait pairs
   (``dialects.torchair_modes.acl_scope_overhead_us``).
 
-The charge per dependence over-counts where several dependences share one wait or feed
-the main stream, and leaves out each side stream's first scope when no wait opens it:
-what it does exactly is make a plan that splits work into many short scopes pay for
-every split.
+The charge per dependence is a proxy, not the exact cost: it over-counts where several
+dependences share one wait (or one scope) or feed the main stream, and leaves out a side
+stream's first scope when no wait opens it.  What it guarantees: every further scope is
+opened by a wait for a cross-stream dependence, which pays the charge, so no plan splits
+work into short scopes for free.
 """
 
 from __future__ import annotations
