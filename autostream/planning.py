@@ -21,6 +21,7 @@ from autostream.memory import GraphMemory
 from autostream.memory_fit import FitInputs, PlanMemory, RuntimeCosts, evaluate, fit_plan
 from autostream.problem import SchedulingProblem
 from autostream.schedule import Schedule, Sync
+from autostream.scope_events import grouped_order, scope_latency_us
 from autostream.simulate import simulate_plan
 from autostream.solvers import check_solver_name, get_solver
 from autostream.solvers.cpsat.options import CpsatOptions
@@ -219,8 +220,10 @@ def plan_graph(
     is repaired or replaced (:func:`autostream.memory_fit.fit_plan`), never used.
     ``extra_deps`` adds order edges (each in program order) to the dependences: what the
     compiler will do to the graph after the pass (``dialects.torchair_modes``);
-    ``scope_overhead_us`` is charged per stream segment (scope) on top of the runtime's
-    (an ACL graph's events per scope) when plans are evaluated and compared.
+    ``scope_overhead_us`` (an ACL graph's events per scope) is charged on every
+    cross-stream dependence in the problem itself, so the solver optimises it, and the
+    chosen plan is launched in :func:`autostream.scope_events.grouped_order` (a new scope
+    only at a wait).
     """
     with collector_paused():
         return _plan_graph(gm, options, cost_model, extra_deps, scope_overhead_us)
@@ -242,16 +245,17 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
     watch.lap("graph")
     estimates = {n: cost_model.estimate(data["fx"]) for n, data in op_graph.nodes(data=True)}
     transfers, comm_notes = plan_transfers(op_graph, cost_model)
-    problem = build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us,
+    latency = scope_latency_us(cost_model.sync_latency_us, scope_overhead_us)
+    problem = build_problem(op_graph, estimates, options.max_streams, latency,
                             transfers=transfers)
     split_problem = problem if all(getattr(e, "split", 1.0) == 1.0 for e in estimates.values()) \
-        else build_problem(op_graph, estimates, options.max_streams, cost_model.sync_latency_us,
+        else build_problem(op_graph, estimates, options.max_streams, latency,
                            split=True, transfers=transfers)
     watch.lap("costs")
     single = get_solver("single")(problem)
     watch.lap("solve")
     costs = RuntimeCosts(cost_model.runtime_op_us, cost_model.runtime_call_us,
-                         cost_model.runtime_segment_us + scope_overhead_us)
+                         cost_model.runtime_segment_us)
     solver_options: dict[str, Any] = {}
     if options.solver == "cpsat" and options.time_limit is not None:
         solver_options["time_limit"] = options.time_limit
@@ -290,6 +294,8 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
         if (reordered.predicted_us < min(bar, chosen.predicted_us)
                 and (limit is None or reordered.memory.bound_bytes <= limit)):
             chosen = reordered
+    if scope_overhead_us > 0 and chosen.schedule.streams_used > 1:
+        chosen = _scopes_grouped(fit, chosen, limit, notes)
     watch.lap("syncs")
     return Plan(
         op_graph=op_graph,
@@ -349,6 +355,25 @@ def with_core_budgets(fit: FitInputs, candidate: Any, cost_model: CostModel,
     if with_budgets.predicted_us < min(candidate.predicted_us, same_without.predicted_us):
         return with_budgets, ""
     return None, ""
+
+
+def _scopes_grouped(fit: FitInputs, chosen: Any, limit: int | None, notes: list[str]) -> Any:
+    """``chosen`` launched in :func:`grouped_order`, evaluated again (same streams and
+    syncs; the launch order moves the host's costs and, on an accelerator, the memory);
+    ``chosen`` itself if the grouped order would break the memory budget."""
+    deps = nx.DiGraph(fit.deps)
+    deps.add_edges_from(chosen.edges)
+    deps.add_edges_from(chosen.problem.graph.edges)  # a collective's transfer on its link
+    order = grouped_order(chosen.schedule, chosen.syncs, deps)
+    if order == chosen.schedule.order:
+        return chosen
+    schedule = dataclasses.replace(chosen.schedule, order=order)
+    grouped = evaluate(fit, schedule, chosen.problem, chosen.edges, how=chosen.how)
+    if limit is not None and grouped.memory.bound_bytes > limit:
+        notes.append("launch order not grouped into fewer scopes: it would break the "
+                     "memory budget")
+        return chosen
+    return grouped
 
 
 def _resolve_options(solver: str, solver_options: Mapping[str, Any], ops: int) -> dict[str, Any]:

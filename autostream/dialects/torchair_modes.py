@@ -117,7 +117,10 @@ def acl_reinplace_hazards(gm: Any, op_graph: nx.DiGraph) -> list[tuple[str, str]
     ``_reinplace_input_mutated_ops`` lets the op feeding ``copy_(input, value)`` write the
     input directly.  Their stream check misses readers through views and ``copy_``
     (``_acl_concrete_graph/utils.py:351-383``), so every earlier reader of that storage
-    (through any view) is ordered before the op that may write it.
+    (through any view) is ordered before the op that may write it.  TorchAir decides on
+    the order it is given (``graph_pass.py:239-267``: a use after the op forbids it), and
+    the launch order is not the program's: every later reader is ordered after the op,
+    so the decision is the same in any launch order.
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
@@ -154,9 +157,13 @@ def acl_reinplace_hazards(gm: Any, op_graph: nx.DiGraph) -> list[tuple[str, str]
             for src in inputs:
                 readers.setdefault(root(src), []).append(node)
 
-    def order_before(reader: Any, writer: Any) -> None:
-        if reader is not writer and reader.name in op_graph and writer.name in op_graph:
-            edges.append((reader.name, writer.name))
+    def pin(reader: Any, writer: Any) -> None:
+        # the launch order may differ from the program's: a reader keeps its side of the
+        # writer, so TorchAir sees the same later uses (and reinplaces the same ops) in it
+        if reader is writer or reader.name not in op_graph or writer.name not in op_graph:
+            return
+        before = position[reader] < position[writer]
+        edges.append((reader.name, writer.name) if before else (writer.name, reader.name))
 
     for node in ops:
         first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
@@ -166,14 +173,11 @@ def acl_reinplace_hazards(gm: Any, op_graph: nx.DiGraph) -> list[tuple[str, str]
         base = root(first)
         if packet.__name__ == "copy_" and base.op == "placeholder" and len(node.args) > 1 \
                 and isinstance(node.args[1], torch.fx.Node) and node.args[1] in position:
-            producer = node.args[1]
             for reader in readers.get(base, []):
-                if position[reader] < position[producer]:
-                    order_before(reader, producer)
+                if reader is not node:
+                    pin(reader, node.args[1])
         elif base.op not in ("placeholder", "get_attr") \
-                and hasattr(torch.ops.aten, packet.__name__ + "_") \
-                and all(position[r] <= position[node] for r in readers.get(base, [])):
-            # TorchAir reinplaces only into storage nobody reads afterwards
+                and hasattr(torch.ops.aten, packet.__name__ + "_"):
             for reader in readers.get(base, []):
-                order_before(reader, node)
+                pin(reader, node)
     return sorted(set(edges), key=edges.index)
