@@ -60,10 +60,26 @@ def _target(graph: nx.DiGraph, name: str) -> str:
     return str(target) if target is not None else ""
 
 
+def _forwards_lazy_view(graph: nx.DiGraph, name: str, stream_of: dict[str, int]) -> bool:
+    """A main-stream view op (``expand``, ``slice`` ...) with a main-stream lazy view among
+    its inputs: converting it materialises that view, and its own converter may emit no GE
+    op at all (``expand`` to the same shape, a full ``slice``: ``ge_converter/aten/expand.py:22``,
+    ``slice.py:30``), so a record after it would not follow the view's ops."""
+    node = graph.nodes[name].get("fx")
+    if node is None or _target(graph, name) in GE_LAZY_VIEWS:
+        return False
+    from autostream.graph import is_view_op
+
+    return is_view_op(node) and any(
+        stream_of.get(p, 0) == 0 and _target(graph, p) in GE_LAZY_VIEWS
+        for p in graph.predecessors(name))
+
+
 def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
     """``schedule`` with each main-stream lazy view that feeds a side stream moved onto the
     stream of its first side-stream consumer, right before its first consumer, and the
-    last launched op on the main stream.
+    last launched op on the main stream.  A main-stream view op that would materialise a
+    lazy view (:func:`_forwards_lazy_view`) and feeds a side stream moves with it.
 
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
     >>> s = Schedule("x", {"a": 0, "b": 1, "c": 0}, ("a", "c", "b"), {}, {}, 0.0, 0.0)
@@ -73,7 +89,8 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
     stream_of = dict(schedule.stream_of)
     order = list(schedule.order)
     for name in reversed(list(schedule.order)):
-        if stream_of.get(name, 0) != 0 or _target(deps, name) not in GE_LAZY_VIEWS:
+        if stream_of.get(name, 0) != 0 or not (_target(deps, name) in GE_LAZY_VIEWS
+                                               or _forwards_lazy_view(deps, name, stream_of)):
             continue
         users = sorted(deps.successors(name), key=order.index)
         side = [u for u in users if stream_of[u] > 0]
