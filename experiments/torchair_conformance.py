@@ -45,22 +45,26 @@ class Findings:
     unlabelled_views: list[str] = field(default_factory=list)
     dropped_joins: list[str] = field(default_factory=list)
     uncovered_output_refs: list[str] = field(default_factory=list)
-    #: GE: a wait's control edges on a ``Const`` (made for a scalar argument), not on the
-    #: consumer's compute op; ordered by the model here, but GE may fold the ``Const`` away
+    #: GE: a wait's control edges on a ``Const`` (made for a scalar argument) rather than on
+    #: a compute op; the ``Const`` is no stream task, it orders only its data consumers
     waits_on_const: list[str] = field(default_factory=list)
+    #: GE: of those, the waits whose ``Const`` feeds no compute op of the FX node it was
+    #: made for: they do not reach the consumer's compute op
+    waits_off_compute: list[str] = field(default_factory=list)
     scopes: int = 0
     syncs: int = 0
 
     @property
     def ok(self) -> bool:
         return not (self.uncovered or self.unlabelled_views or self.dropped_joins
-                    or self.uncovered_output_refs)
+                    or self.uncovered_output_refs or self.waits_off_compute)
 
     def counts(self) -> dict[str, int]:
         return {"uncovered": len(self.uncovered), "unlabelled": len(self.unlabelled_views),
                 "dropped_joins": len(self.dropped_joins),
                 "output_refs": len(self.uncovered_output_refs),
-                "waits_on_const": len(self.waits_on_const)}
+                "waits_on_const": len(self.waits_on_const),
+                "waits_off_compute": len(self.waits_off_compute)}
 
 
 def _air(node: torch.fx.Node) -> str | None:
@@ -243,9 +247,15 @@ def _fx_streams(fx: torch.fx.GraphModule) -> dict[str, str]:
     return out
 
 
+#: GE ops that are no task on a stream: they order nothing by their place in it
+NON_TASK = ("Data", "RefData", "Const")
+
+
 def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
                 output_ref: dict[int, int]) -> Findings:
-    """Check TorchAir's final GE graph: stream order plus control edges must cover it."""
+    """Check TorchAir's final GE graph: stream order of its tasks plus control edges must
+    cover it.  A ``Const`` is no task: it is ordered after its control inputs and passes
+    that order on to the ops it feeds, nothing else."""
     found = Findings("max-autotune")
     fx_stream = _fx_streams(fx)
     found.scopes = sum(_air(n) == "scope_enter" for n in fx.graph.nodes)
@@ -253,25 +263,37 @@ def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
     index = {op.name: i for i, op in enumerate(ops)}
     ancestors: list[int] = []
     last_on: dict[str, int] = {}
+    feeds: dict[int, list[int]] = {}
     for i, op in enumerate(ops):
         label = _ge_label(op)
         mask = 0
-        preds = [index[p] for p in _ge_inputs(op)[1] if p in index]
-        if label in last_on:
+        data, control = _ge_inputs(op)
+        preds = [index[p] for p in control if p in index]
+        preds += [index[p] for p in data if p in index and ops[index[p]].type == "Const"]
+        for p in data:
+            if p in index:
+                feeds.setdefault(index[p], []).append(i)
+        if label in last_on and op.type not in NON_TASK:
             preds.append(last_on[label])
         for p in preds:
             mask |= ancestors[p] | (1 << p)
         ancestors.append(mask)
-        if op.type not in ("Data", "RefData"):
+        if op.type not in NON_TASK:
             last_on[label] = i
-        if op.type == "Const" and _ge_inputs(op)[1]:
-            found.waits_on_const.append(f"{op.name} ({label}) for {origin.get(op.name, '?')} "
-                                        f"carries control edges {_ge_inputs(op)[1]}")
+    for i, op in enumerate(ops):
+        control = _ge_inputs(op)[1]
+        if op.type not in NON_TASK or not control:
+            continue
+        line = f"{op.name} ({_ge_label(op)}) for {origin.get(op.name, '?')} carries {control}"
+        found.waits_on_const.append(line)
+        if not any(ops[u].type not in NON_TASK and origin.get(ops[u].name) == origin.get(op.name)
+                   for u in feeds.get(i, [])):
+            found.waits_off_compute.append(line)
 
     def before(a: int, b: int) -> bool:
         return bool(ancestors[b] >> a & 1)
 
-    free = ("Data", "RefData", "Const")
+    free = NON_TASK
     for i, op in enumerate(ops):
         for producer in _ge_inputs(op)[0]:
             p = index.get(producer)
@@ -427,8 +449,8 @@ def rows(names: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 HEAD = ["model", "streams", "table", "mode", "graphs", "applied", "scopes", "syncs",
-        "uncovered", "unlabelled", "dropped_joins", "output_refs", "waits_on_const",
-        "speedup", "cuda_speedup"]
+        "uncovered", "unlabelled", "dropped_joins", "output_refs", "waits_off_compute",
+        "waits_on_const", "speedup", "cuda_speedup"]
 
 
 def markdown(table_rows: list[dict[str, Any]]) -> str:
@@ -436,20 +458,21 @@ def markdown(table_rows: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     lines += ["| " + " | ".join(str(r[h]) for h in HEAD) + " |" for r in table_rows]
     lines += ["", "| mode | cases | applied | uncovered | unlabelled | dropped_joins | "
-              "output_refs | waits_on_const | mean speedup | mean cuda_speedup |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "output_refs | waits_off_compute | waits_on_const | mean speedup | "
+              "mean cuda_speedup |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for mode in MODES:
         rs = [r for r in table_rows if r["mode"] == mode]
         if not rs:
             continue
         total = {k: sum(r[k] for r in rs) for k in ("applied", "uncovered", "unlabelled",
                                                      "dropped_joins", "output_refs",
-                                                     "waits_on_const")}
+                                                     "waits_off_compute", "waits_on_const")}
         mean = sum(r["speedup"] for r in rs) / len(rs)
         cuda = sum(r["cuda_speedup"] for r in rs) / len(rs)
         lines.append(f"| {mode} | {len(rs)} | {total['applied']} | {total['uncovered']} | "
                      f"{total['unlabelled']} | {total['dropped_joins']} | "
-                     f"{total['output_refs']} | {total['waits_on_const']} | {mean:.2f} | "
+                     f"{total['output_refs']} | {total['waits_off_compute']} | "
+                     f"{total['waits_on_const']} | {mean:.2f} | "
                      f"{cuda:.2f} |")
     return "\n".join(lines)
 
@@ -495,7 +518,7 @@ def record_headlines(table_rows: list[dict[str, Any]]) -> None:
         if not rs:
             continue
         holes = sum(r[k] for r in rs for k in ("uncovered", "unlabelled", "dropped_joins",
-                                                "output_refs"))
+                                                "output_refs", "waits_off_compute"))
         out.append(Headline(f"TorchAir {mode}: dependences left uncovered ({len(rs)} cases, "
                             f"{sum(r['applied'] for r in rs)} graphs rewritten)",
                             str(holes), "0", holes == 0))

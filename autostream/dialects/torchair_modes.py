@@ -21,6 +21,7 @@ import dataclasses
 from typing import Any
 
 import networkx as nx
+import torch
 
 from autostream.schedule import Schedule
 
@@ -75,11 +76,24 @@ def _forwards_lazy_view(graph: nx.DiGraph, name: str, stream_of: dict[str, int])
         for p in graph.predecessors(name))
 
 
+def _is_factory(graph: nx.DiGraph, name: str) -> bool:
+    """An op with no tensor input (``scalar_tensor``, ``zeros``, ``full`` ...): GE may lower
+    it to a ``Const`` alone, which is no task on a stream, so a record right after it
+    follows nothing (the record is the last GE op emitted on its stream,
+    ``_ge_concrete_graph/fx2ge_converter.py:2089-2095``)."""
+    node = graph.nodes[name].get("fx")
+    return node is not None and node.op == "call_function" and not node.all_input_nodes \
+        and isinstance(getattr(node, "target", None), torch._ops.OpOverload) \
+        and node.target.namespace == "aten" and not node.target._schema.is_mutable
+
+
 def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
     """``schedule`` with each main-stream lazy view that feeds a side stream moved onto the
     stream of its first side-stream consumer, right before its first consumer, and the
     last launched op on the main stream.  A main-stream view op that would materialise a
-    lazy view (:func:`_forwards_lazy_view`) and feeds a side stream moves with it.
+    lazy view (:func:`_forwards_lazy_view`) and feeds a side stream moves with it, and an
+    op without tensor inputs (:func:`_is_factory`) moves onto its first consumer's stream,
+    right before it.
 
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
     >>> s = Schedule("x", {"a": 0, "b": 1, "c": 0}, ("a", "c", "b"), {}, {}, 0.0, 0.0)
@@ -89,10 +103,16 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
     stream_of = dict(schedule.stream_of)
     order = list(schedule.order)
     for name in reversed(list(schedule.order)):
+        users = sorted(deps.successors(name), key=order.index)
+        if _is_factory(deps, name) and users and stream_of[users[0]] != stream_of[name] \
+                and stream_of[name] >= 0 and stream_of[users[0]] >= 0:
+            order.remove(name)
+            order.insert(order.index(users[0]), name)
+            stream_of[name] = stream_of[users[0]]
+            continue
         if stream_of.get(name, 0) != 0 or not (_target(deps, name) in GE_LAZY_VIEWS
                                                or _forwards_lazy_view(deps, name, stream_of)):
             continue
-        users = sorted(deps.successors(name), key=order.index)
         side = [u for u in users if stream_of[u] > 0]
         if not side:
             continue
@@ -107,6 +127,64 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
     return dataclasses.replace(schedule, stream_of=stream_of, order=tuple(order))
 
 
+#: keyword arguments a GE converter turns into attributes or a cast, never into a ``Const``
+_NO_CONST_KWARGS = frozenset({"dtype", "layout", "device", "pin_memory", "memory_format",
+                              "non_blocking"})
+
+
+def _task_first(graph: nx.DiGraph, name: str) -> bool:
+    """Whether the first GE op emitted for ``name`` is a task that a wait can hold: an ATen
+    op, not a view (which GE may defer or skip) nor a factory, whose every argument is a
+    tensor.  A scalar or list argument (``0.25``, a ``dim``, ``addmm``'s ``alpha``) makes
+    converters emit a ``Const`` first, and a wait's control edges go onto ``ops[0]``
+    (``_ge_concrete_graph/fx2ge_converter.py:2118-2131``)."""
+    from autostream.graph import is_view_op
+
+    node = graph.nodes[name].get("fx") if name in graph else None
+    if node is None or node.op != "call_function" or _is_factory(graph, name) \
+            or not isinstance(node.target, torch._ops.OpOverload) \
+            or node.target.namespace != "aten" or is_view_op(node):
+        return False
+    schema_args = node.target._schema.arguments
+    tensor = torch._C.OptionalType(torch._C.TensorType.get())
+    if any(not a.type.isSubtypeOf(tensor) and a.name not in _NO_CONST_KWARGS
+           for a in schema_args[len(node.args):]):
+        return False  # a defaulted scalar argument (alpha, beta ...)
+
+    def tensors(value: Any) -> bool:
+        if isinstance(value, (list, tuple)):
+            return all(v is None or isinstance(v, torch.fx.Node) for v in value)
+        return isinstance(value, torch.fx.Node)
+
+    return all(tensors(a) for a in node.args) and set(node.kwargs) <= _NO_CONST_KWARGS
+
+
+def ge_wait_targets(syncs: Any, schedule: Schedule, deps: nx.DiGraph) -> list[Any]:
+    """``syncs`` with each wait moved, on its consumer's stream, to the nearest op at or
+    before the consumer whose first GE op is a task (:func:`_task_first`), so that the
+    wait's control edges never land on a ``Const`` only some later op reads.  A wait
+    moved earlier orders more, never less; without such an op after the record the wait
+    stays.
+    """
+    from autostream.schedule import JOIN, Sync
+
+    position = {n: i for i, n in enumerate(schedule.order)}
+    out: list[Any] = []
+    for sync in syncs:
+        target = sync.consumer
+        if target != JOIN:
+            stream = schedule.stream_of[target]
+            for name in reversed(schedule.order[position[sync.producer] + 1:
+                                                 position[target] + 1]):
+                if schedule.stream_of[name] == stream and _task_first(deps, name):
+                    target = name
+                    break
+        moved = Sync(sync.producer, target)
+        if moved not in out:
+            out.append(moved)
+    return out
+
+
 def ge_safe_plan(plan: Any) -> Any:
     """``plan`` (a ``planning.Plan`` on several streams) with :func:`ge_safe_schedule`'s
     schedule, its syncs recomputed (the plan's memory-order edges kept) and its predicted
@@ -114,11 +192,11 @@ def ge_safe_plan(plan: Any) -> Any:
     from autostream.simulate import simulate_plan
     from autostream.sync import compute_syncs
 
-    schedule = ge_safe_schedule(plan.schedule, plan.op_graph)
     deps = nx.DiGraph(plan.op_graph)
     if plan.memory is not None:
         deps.add_edges_from(plan.memory.edges)
-    syncs = tuple(compute_syncs(deps, schedule))
+    schedule = ge_safe_schedule(plan.schedule, deps)
+    syncs = tuple(ge_wait_targets(compute_syncs(deps, schedule), schedule, deps))
     timed = simulate_plan(plan.problem, schedule, syncs)
     schedule = dataclasses.replace(schedule, start=timed.start, end=timed.end,
                                    makespan=timed.makespan, optimal=False)
