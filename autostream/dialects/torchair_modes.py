@@ -87,40 +87,63 @@ def _is_factory(graph: nx.DiGraph, name: str) -> bool:
         and node.target.namespace == "aten" and not node.target._schema.is_mutable
 
 
+def ge_anchor(name: str, schedule: Schedule, deps: nx.DiGraph) -> str:
+    """The op a record for ``name`` must follow in GE: ``name`` itself, or for a main-stream
+    lazy view (or a view op materialising one) the first consumer that GE converts into ops
+    of its own, where the view's ops are emitted (``continguous_utils.py:170-188``; later
+    consumers reuse them, ``continguous.py:168-169``).
+
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from autostream.graph import build_op_graph
+    >>> deps = build_op_graph(make_fx(lambda x: x.exp().t().mm(x).cos())(torch.ones(2, 2)))
+    >>> s = Schedule("x", {"exp": 0, "t": 0, "mm": 0, "cos": 1}, tuple(deps), {}, {}, 0, 0)
+    >>> ge_anchor("t", s, deps), ge_anchor("exp", s, deps)
+    ('mm', 'exp')
+    """
+    position = {n: i for i, n in enumerate(schedule.order)}
+    stream_of = schedule.stream_of
+    while stream_of.get(name, 0) == 0 and (_target(deps, name) in GE_LAZY_VIEWS
+                                           or _forwards_lazy_view(deps, name, stream_of)):
+        users = sorted(deps.successors(name), key=position.__getitem__)
+        if not users or stream_of[users[0]] != 0:
+            break
+        name = users[0]
+    return name
+
+
 def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
-    """``schedule`` with each main-stream lazy view that feeds a side stream moved onto the
-    stream of its first side-stream consumer, right before its first consumer, and the
-    last launched op on the main stream.  A main-stream view op that would materialise a
-    lazy view (:func:`_forwards_lazy_view`) and feeds a side stream moves with it, and an
-    op without tensor inputs (:func:`_is_factory`) moves onto its first consumer's stream,
-    right before it.
+    """``schedule`` with each view op whose first consumer is on another side stream, and
+    each op without tensor inputs (:func:`_is_factory`) whose first consumer is on another
+    stream, moved onto that stream right before it, and the last launched op on the main
+    stream.  GE defers a main-stream lazy view to its first consumer, unlabelled; an
+    ``expand`` to the same shape or a full ``slice`` emits no GE op
+    (``ge_converter/aten/expand.py:22``, ``slice.py:30``), so a record after it follows an
+    earlier op; a view op in its consumer's scope needs no record.
 
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
     >>> s = Schedule("x", {"a": 0, "b": 1, "c": 0}, ("a", "c", "b"), {}, {}, 0.0, 0.0)
     >>> ge_safe_schedule(s, g).stream_of
     {'a': 0, 'b': 0, 'c': 0}
     """
+    from autostream.graph import is_view_op
+
     stream_of = dict(schedule.stream_of)
     order = list(schedule.order)
     for name in reversed(list(schedule.order)):
         users = sorted(deps.successors(name), key=order.index)
-        if _is_factory(deps, name) and users and stream_of[users[0]] != stream_of[name] \
-                and stream_of[name] >= 0 and stream_of[users[0]] >= 0:
-            order.remove(name)
-            order.insert(order.index(users[0]), name)
-            stream_of[name] = stream_of[users[0]]
+        if not users or stream_of[name] < 0 or stream_of[users[0]] == stream_of[name]:
             continue
-        if stream_of.get(name, 0) != 0 or not (_target(deps, name) in GE_LAZY_VIEWS
-                                               or _forwards_lazy_view(deps, name, stream_of)):
+        stream = stream_of[users[0]]
+        node = deps.nodes[name].get("fx")
+        view = node is not None and is_view_op(node)
+        if stream < 0 or not (_is_factory(deps, name) or (view and stream > 0)):
             continue
-        side = [u for u in users if stream_of[u] > 0]
-        if not side:
-            continue
-        # in a side scope GE converts the view where it stands (labelled, a real op that a
-        # record can follow); its main-stream users, if any, then wait for it
+        # in a side scope GE converts a view where it stands (labelled, a real op that a
+        # record can follow); its other users, if any, then wait for it
         order.remove(name)
         order.insert(order.index(users[0]), name)
-        stream_of[name] = stream_of[side[0]]
+        stream_of[name] = stream
     launched = [n for n in order if stream_of[n] >= 0]
     if launched and stream_of[launched[-1]] != 0:
         stream_of[launched[-1]] = 0
@@ -189,6 +212,7 @@ def ge_safe_plan(plan: Any) -> Any:
     """``plan`` (a ``planning.Plan`` on several streams) with :func:`ge_safe_schedule`'s
     schedule, its syncs recomputed (the plan's memory-order edges kept) and its predicted
     time moved by the simulated change of the makespan."""
+    from autostream.schedule import Sync
     from autostream.simulate import simulate_plan
     from autostream.sync import compute_syncs
 
@@ -196,7 +220,12 @@ def ge_safe_plan(plan: Any) -> Any:
     if plan.memory is not None:
         deps.add_edges_from(plan.memory.edges)
     schedule = ge_safe_schedule(plan.schedule, deps)
-    syncs = tuple(ge_wait_targets(compute_syncs(deps, schedule), schedule, deps))
+    syncs = []
+    for sync in compute_syncs(deps, schedule):
+        sync = Sync(ge_anchor(sync.producer, schedule, deps), sync.consumer)
+        if sync not in syncs:
+            syncs.append(sync)
+    syncs = tuple(ge_wait_targets(syncs, schedule, deps))
     timed = simulate_plan(plan.problem, schedule, syncs)
     schedule = dataclasses.replace(schedule, start=timed.start, end=timed.end,
                                    makespan=timed.makespan, optimal=False)
