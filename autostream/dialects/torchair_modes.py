@@ -112,6 +112,39 @@ def ge_anchor(name: str, schedule: Schedule, deps: nx.DiGraph) -> str:
     return name
 
 
+def ge_view_sources(name: str, schedule: Schedule, deps: nx.DiGraph) -> list[str]:
+    """The producers a record after view op ``name`` may not cover in GE: ``name`` may emit
+    no GE op (``expand`` to the same shape), so its record is the last op emitted before
+    it on its stream and carries no wait (``fx2ge_converter.py:2089-2095``); the producers
+    of its input, through further view ops, on other streams are synced directly.
+
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from autostream.graph import build_op_graph
+    >>> deps = build_op_graph(make_fx(lambda x: x.exp().expand(2, 2).cos())(torch.ones(2, 2)))
+    >>> s = Schedule("x", {"exp": 1, "expand": 2, "cos": 0}, tuple(deps), {}, {}, 0, 0)
+    >>> ge_view_sources("expand", s, deps), ge_view_sources("exp", s, deps)
+    (['exp'], [])
+    """
+    from autostream.graph import is_view_op
+
+    out: list[str] = []
+    todo, seen = [name], {name}
+    while todo:
+        node = deps.nodes[todo.pop()].get("fx")
+        if node is None or not is_view_op(node):
+            continue
+        for producer in deps.predecessors(node.name):
+            if producer in seen:
+                continue
+            seen.add(producer)
+            todo.append(producer)
+            if schedule.stream_of.get(producer, -1) >= 0 and \
+                    schedule.stream_of[producer] != schedule.stream_of[name]:
+                out.append(producer)
+    return out
+
+
 def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
     """``schedule`` with each view op whose first consumer is on another side stream, and
     each op without tensor inputs (:func:`_is_factory`) whose first consumer is on another
@@ -222,9 +255,12 @@ def ge_safe_plan(plan: Any) -> Any:
     schedule = ge_safe_schedule(plan.schedule, deps)
     syncs = []
     for sync in compute_syncs(deps, schedule):
-        sync = Sync(ge_anchor(sync.producer, schedule, deps), sync.consumer)
-        if sync not in syncs:
-            syncs.append(sync)
+        for producer in [sync.producer, *ge_view_sources(sync.producer, schedule, deps)]:
+            if schedule.stream_of[producer] == schedule.stream_of.get(sync.consumer, 0):
+                continue
+            moved = Sync(ge_anchor(producer, schedule, deps), sync.consumer)
+            if moved not in syncs:
+                syncs.append(moved)
     syncs = tuple(ge_wait_targets(syncs, schedule, deps))
     timed = simulate_plan(plan.problem, schedule, syncs)
     schedule = dataclasses.replace(schedule, start=timed.start, end=timed.end,
