@@ -9,15 +9,16 @@ executes and checks every dependence of it:
   ``air.wait`` are ``torch.npu.Event`` record/wait (CUDA semantics: a record covers all
   earlier work on its stream, waits included); ``tagged_event_record`` /
   ``tagged_event_wait`` the same by tag.
-- **GE** (``max-autotune``): happens-before is the emission order of GE ops with the same
-  ``_user_stream_label`` plus control edges; a cross-stream data edge orders nothing (no
-  Python code in TorchAir orders one).
+- **GE** (``max-autotune``): happens-before is the emission order of the GE ops that are
+  stream tasks with the same ``_user_stream_label`` plus control edges; a ``Const`` is no
+  task: it passes its control inputs on to the ops it feeds, nothing else; a cross-stream
+  data edge orders nothing (no Python code in TorchAir orders one).
 
 Checked: every data edge, and read/write order on the same storage (views and in-place
 ops followed through their schemas) in program order; each side stream joined before
 output; for GE also ops emitted for a side-stream FX node without its label, and
 output-ref writes (an output written into an input's memory) after every reader of that
-input.
+input, and waits whose ``Const`` feeds no compute op of its FX node.
 
 Run ``python -m experiments.torchair_conformance`` for the table in RESULTS.md.
 """

@@ -6,13 +6,15 @@ whether the graph goes to GE (``max-autotune``) or to an ACL graph (``reduce-ove
 (``docs/torchair.md``, with file and line in the wheel):
 
 - views (``permute/view/transpose/t/reshape``) on the main stream are deferred and emitted
-  at their first consumer *without* a stream label, so a main-stream view feeding a side
-  stream must be scheduled in its consumer's scope;
-- a ``wait``'s control edges attach to the next GE op emitted on its stream, so the final
-  join wait must precede a real op on the main stream, never sit alone before ``output``.
+  at their first consumer *without* a stream label and outside the op list records read;
+  view ops go into their side-stream consumer's scope, and records follow what GE emits;
+- a ``record`` is the last GE op emitted on its stream: after a view that emits nothing,
+  or an op lowered to a ``Const`` alone, it follows an earlier op or no task;
+- a ``wait``'s control edges attach to the first GE op of the next node converted on its
+  stream (often a ``Const`` for a scalar argument), so waits go before an op whose first
+  GE op is a task, and the final join wait must precede a real op on the main stream.
 
-:func:`ge_safe_schedule` adjusts a schedule for both; the syncs are then recomputed
-for the adjusted schedule.
+:func:`ge_safe_plan` adjusts a plan for all of these.
 """
 
 from __future__ import annotations
