@@ -247,7 +247,7 @@ def ge_safe_plan(plan: Any) -> Any:
     """``plan`` (a ``planning.Plan`` on several streams) with :func:`ge_safe_schedule`'s
     schedule, its syncs recomputed (the plan's memory-order edges kept) and its predicted
     time moved by the simulated change of the makespan."""
-    from autostream.schedule import Sync
+    from autostream.schedule import JOIN, Sync
     from autostream.simulate import simulate_plan
     from autostream.sync import compute_syncs
 
@@ -255,12 +255,17 @@ def ge_safe_plan(plan: Any) -> Any:
     if plan.memory is not None:
         deps.add_edges_from(plan.memory.edges)
     schedule = ge_safe_schedule(plan.schedule, deps)
+    position = {n: i for i, n in enumerate(schedule.order)}
+    position[JOIN] = len(position)
     syncs = []
     for sync in compute_syncs(deps, schedule):
         for producer in [sync.producer, *ge_view_sources(sync.producer, schedule, deps)]:
             if schedule.stream_of[producer] == schedule.stream_of.get(sync.consumer, 0):
                 continue
-            moved = Sync(ge_anchor(producer, schedule, deps), sync.consumer)
+            anchor = ge_anchor(producer, schedule, deps)
+            if position[anchor] > position[sync.consumer]:
+                anchor = producer
+            moved = Sync(anchor, sync.consumer)
             if moved not in syncs:
                 syncs.append(moved)
     syncs = tuple(ge_wait_targets(syncs, schedule, deps))
