@@ -103,11 +103,17 @@ def ge_anchor(name: str, schedule: Schedule, deps: nx.DiGraph) -> str:
     >>> ge_anchor("t", s, deps), ge_anchor("exp", s, deps)
     ('mm', 'exp')
     """
-    position = {n: i for i, n in enumerate(schedule.order)}
-    stream_of = schedule.stream_of
+    return _anchor(name, schedule.stream_of,
+                   {n: i for i, n in enumerate(schedule.order)}, deps)
+
+
+def _anchor(name: str, stream_of: dict[str, int], position: dict[str, int],
+            deps: nx.DiGraph) -> str:
     while stream_of.get(name, 0) == 0 and (_target(deps, name) in GE_LAZY_VIEWS
                                            or _forwards_lazy_view(deps, name, stream_of)):
-        users = sorted(deps.successors(name), key=position.__getitem__)
+        fx = deps.nodes[name]["fx"]
+        users = sorted((u.name for u in fx.users if u.name in position),
+                       key=position.__getitem__)
         if not users or stream_of[users[0]] != 0:
             break
         name = users[0]
@@ -167,12 +173,22 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
     order = list(schedule.order)
     for name in reversed(list(schedule.order)):
         users = sorted(deps.successors(name), key=order.index)
-        if not users or stream_of[name] < 0 or stream_of[users[0]] == stream_of[name]:
+        if not users or stream_of[name] < 0:
             continue
         stream = stream_of[users[0]]
         node = deps.nodes[name].get("fx")
         view = node is not None and is_view_op(node)
-        if stream < 0 or not (_is_factory(deps, name) or (view and stream > 0)):
+        if stream == 0 and view and stream_of[name] == 0:
+            # first consumed on the main stream: a record after the op GE emits it at
+            # (``ge_anchor``) serves its side users, unless that op comes after one of them
+            position = {n: i for i, n in enumerate(order)}
+            side = [u for u in users if stream_of[u] > 0]
+            if not side or position[_anchor(name, stream_of, position, deps)] \
+                    < position[side[0]]:
+                continue
+            stream = stream_of[side[0]]
+        elif stream < 0 or stream == stream_of[name] \
+                or not (_is_factory(deps, name) or (view and stream > 0)):
             continue
         # in a side scope GE converts a view where it stands (labelled, a real op that a
         # record can follow); its other users, if any, then wait for it
@@ -247,14 +263,63 @@ def ge_safe_plan(plan: Any) -> Any:
     """``plan`` (a ``planning.Plan`` on several streams) with :func:`ge_safe_schedule`'s
     schedule, its syncs recomputed (the plan's memory-order edges kept) and its predicted
     time moved by the simulated change of the makespan."""
-    from autostream.schedule import JOIN, Sync
     from autostream.simulate import simulate_plan
-    from autostream.sync import compute_syncs
 
     deps = nx.DiGraph(plan.op_graph)
     if plan.memory is not None:
         deps.add_edges_from(plan.memory.edges)
     schedule = ge_safe_schedule(plan.schedule, deps)
+    for _ in range(len(schedule.order)):
+        syncs = _ge_syncs(schedule, deps)
+        stuck = _stuck_wait(syncs, schedule, deps)
+        if stuck is None:
+            break
+        stream_of = dict(schedule.stream_of)
+        stream_of[stuck[0]] = stuck[1]
+        schedule = ge_safe_schedule(dataclasses.replace(schedule, stream_of=stream_of), deps)
+    timed = simulate_plan(plan.problem, schedule, syncs)
+    schedule = dataclasses.replace(schedule, start=timed.start, end=timed.end,
+                                   makespan=timed.makespan, optimal=False)
+    predicted = plan.predicted_us + timed.makespan - plan.schedule.makespan
+    return dataclasses.replace(plan, schedule=schedule, syncs=syncs, predicted_us=predicted)
+
+
+def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph) -> tuple[str, int] | None:
+    """A consumer whose wait found no op to land on (:func:`ge_wait_targets`) and whose
+    producers all run on one other stream, with that stream: running it there needs no
+    wait.  ``None`` when there is none.
+
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from autostream.graph import build_op_graph
+    >>> from autostream.schedule import Sync
+    >>> deps = build_op_graph(make_fx(lambda x: x.exp().mul(2).cos())(torch.ones(2)))
+    >>> s = Schedule("x", {"exp": 1, "mul": 0, "cos": 0}, tuple(deps), {}, {}, 0, 0)
+    >>> _stuck_wait([Sync("exp", "mul")], s, deps)
+    ('mul', 1)
+    """
+    from autostream.graph import is_view_op
+    from autostream.schedule import JOIN
+
+    launched = [n for n in schedule.order if schedule.stream_of[n] >= 0]
+    for sync in syncs:
+        name = sync.consumer
+        if name == JOIN or name == launched[-1] or _task_first(deps, name) \
+                or _is_factory(deps, name) or is_view_op(deps.nodes[name]["fx"]):
+            continue
+        streams = {schedule.stream_of[p] for p in deps.predecessors(name)
+                   if schedule.stream_of[p] >= 0}
+        if len(streams) == 1 and schedule.stream_of[name] not in streams:
+            return name, streams.pop()
+    return None
+
+
+def _ge_syncs(schedule: Schedule, deps: nx.DiGraph) -> tuple[Any, ...]:
+    """The syncs of ``schedule`` for GE: anchored records (:func:`ge_anchor`), the producers
+    behind view ops (:func:`ge_view_sources`) and waits on tasks (:func:`ge_wait_targets`)."""
+    from autostream.schedule import JOIN, Sync
+    from autostream.sync import compute_syncs
+
     position = {n: i for i, n in enumerate(schedule.order)}
     position[JOIN] = len(position)
     syncs = []
@@ -268,12 +333,7 @@ def ge_safe_plan(plan: Any) -> Any:
             moved = Sync(anchor, sync.consumer)
             if moved not in syncs:
                 syncs.append(moved)
-    syncs = tuple(ge_wait_targets(syncs, schedule, deps))
-    timed = simulate_plan(plan.problem, schedule, syncs)
-    schedule = dataclasses.replace(schedule, start=timed.start, end=timed.end,
-                                   makespan=timed.makespan, optimal=False)
-    predicted = plan.predicted_us + timed.makespan - plan.schedule.makespan
-    return dataclasses.replace(plan, schedule=schedule, syncs=syncs, predicted_us=predicted)
+    return tuple(ge_wait_targets(syncs, schedule, deps))
 
 
 def acl_reinplace_hazards(gm: Any, op_graph: nx.DiGraph) -> list[tuple[str, str]]:
