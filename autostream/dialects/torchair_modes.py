@@ -269,11 +269,13 @@ def ge_safe_plan(plan: Any) -> Any:
     if plan.memory is not None:
         deps.add_edges_from(plan.memory.edges)
     schedule = ge_safe_schedule(plan.schedule, deps)
+    moved: set[str] = set()
     for _ in range(len(schedule.order)):
         syncs = _ge_syncs(schedule, deps)
-        stuck = _stuck_wait(syncs, schedule, deps)
+        stuck = _stuck_wait(syncs, schedule, deps, moved)
         if stuck is None:
             break
+        moved.add(stuck[0])
         stream_of = dict(schedule.stream_of)
         stream_of[stuck[0]] = stuck[1]
         schedule = ge_safe_schedule(dataclasses.replace(schedule, stream_of=stream_of), deps)
@@ -284,10 +286,13 @@ def ge_safe_plan(plan: Any) -> Any:
     return dataclasses.replace(plan, schedule=schedule, syncs=syncs, predicted_us=predicted)
 
 
-def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph) -> tuple[str, int] | None:
+def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
+                moved: set[str] = frozenset()) -> tuple[str, int] | None:
     """A consumer whose wait found no op to land on (:func:`ge_wait_targets`) and whose
     producers all run on one other stream, with that stream: running it there needs no
-    wait.  ``None`` when there is none.
+    wait.  For the last launched op, which stays on the main stream, the producer of the
+    wait instead, with the main stream.  ``None`` when there is none; ops in ``moved`` are
+    not moved again.
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
@@ -304,8 +309,12 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph) -> tuple[str, 
     launched = [n for n in schedule.order if schedule.stream_of[n] >= 0]
     for sync in syncs:
         name = sync.consumer
-        if name == JOIN or name == launched[-1] or _task_first(deps, name) \
+        if name == JOIN or name in moved or _task_first(deps, name) \
                 or _is_factory(deps, name) or is_view_op(deps.nodes[name]["fx"]):
+            continue
+        if name == launched[-1]:
+            if sync.producer not in moved:
+                return sync.producer, schedule.stream_of[name]
             continue
         streams = {schedule.stream_of[p] for p in deps.predecessors(name)
                    if schedule.stream_of[p] >= 0}
