@@ -186,6 +186,18 @@ def test_ge_gpt_oss_records_follow_a_task(torchair_cache, streams):
         assert total(cases, key) == 0, (key, [c[key][:3] for c in cases])
 
 
+@pytest.mark.slow
+def test_ge_wait_before_the_last_op_lands_on_a_task(torchair_cache):
+    """Multihead's last op is an ``addmm`` fed by one side stream: its converter emits the
+    ``alpha`` ``Const`` first, which takes the join's control edges while the ``MatMul``
+    reads the side stream's result unordered.  GE mode runs that producer on the main
+    stream instead."""
+    [case] = run_case(torchair_cache, "multihead", 2, "h200", "max-autotune")
+    assert case["applied"] and case["scopes"] > 0
+    for key in ("uncovered", "dropped_joins", "waits_off_compute"):
+        assert case[key] == [], (key, case[key][:3])
+
+
 class _GeOp:
     """The part of a GE ``OpDef`` the harness reads."""
 
