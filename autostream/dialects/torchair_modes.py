@@ -160,7 +160,8 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
     stream.  GE defers a main-stream lazy view to its first consumer, unlabelled; an
     ``expand`` to the same shape or a full ``slice`` emits no GE op
     (``ge_converter/aten/expand.py:22``, ``slice.py:30``), so a record after it follows an
-    earlier op; a view op in its consumer's scope needs no record.
+    earlier op; a view op in its consumer's scope needs no record.  A main-stream lazy
+    view of a side stream's result runs on that side stream.
 
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
     >>> s = Schedule("x", {"a": 0, "b": 1, "c": 0}, ("a", "c", "b"), {}, {}, 0.0, 0.0)
@@ -171,6 +172,16 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
 
     stream_of = dict(schedule.stream_of)
     order = list(schedule.order)
+    for name in order:
+        # a main-stream lazy view of a side stream's result: GE would emit it while its
+        # consumer's arguments are prepared, before the op the consumer's wait lands on
+        node = deps.nodes[name].get("fx") if name in deps else None
+        if node is None or stream_of[name] != 0 or _target(deps, name) not in GE_LAZY_VIEWS:
+            continue
+        sides = [stream_of[p.name] for p in node.all_input_nodes
+                 if stream_of.get(p.name, 0) > 0]
+        if sides:
+            stream_of[name] = sides[0]
     for name in reversed(list(schedule.order)):
         users = sorted(deps.successors(name), key=order.index)
         if not users or stream_of[name] < 0:
@@ -316,8 +327,10 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
             if sync.producer not in moved:
                 return sync.producer, schedule.stream_of[name]
             continue
+        # a view of a weight (no producer of its own) follows its consumer's stream
         streams = {schedule.stream_of[p] for p in deps.predecessors(name)
-                   if schedule.stream_of[p] >= 0}
+                   if schedule.stream_of[p] >= 0 and not (
+                       deps.in_degree(p) == 0 and is_view_op(deps.nodes[p]["fx"]))}
         if len(streams) == 1 and schedule.stream_of[name] not in streams:
             return name, streams.pop()
     return None
