@@ -229,3 +229,20 @@ def test_ge_wait_moves_to_an_op_whose_first_ge_op_is_a_task():
     # no task-first op between the record and the consumer: the wait stays
     schedule = _schedule({"cos": 0, "exp": 0, "sin": 1, "mul": 0})
     assert ge_wait_targets([Sync("sin", "mul")], schedule, deps) == [Sync("sin", "mul")]
+
+
+def test_ge_main_stream_lazy_view_of_a_side_result_runs_on_that_side_stream():
+    """GE emits a main-stream ``view`` while its consumer's arguments are prepared, before
+    the op the consumer's wait lands on: a view of a side stream's result (GPT-OSS at
+    ascend910b, 4 streams) runs on that side stream instead."""
+    import torch
+
+    from autostream.dialects.torchair_modes import ge_safe_schedule
+
+    def f(x):
+        return x.exp().view(-1).unsqueeze(0).cos()
+
+    deps = _op_graph(f, torch.ones(4, 4))
+    assert list(deps.nodes) == ["exp", "view", "unsqueeze", "cos"]
+    safe = ge_safe_schedule(_schedule({"exp": 1, "view": 0, "unsqueeze": 0, "cos": 0}), deps)
+    assert safe.stream_of["view"] == 1 and safe.stream_of["unsqueeze"] == 0
