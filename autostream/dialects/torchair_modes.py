@@ -82,7 +82,7 @@ def _is_factory(graph: nx.DiGraph, name: str) -> bool:
     """An op with no tensor input (``scalar_tensor``, ``zeros``, ``full`` ...): GE may lower
     it to a ``Const`` alone, which is no task on a stream, so a record right after it
     follows nothing (the record is the last GE op emitted on its stream,
-    ``_ge_concrete_graph/fx2ge_converter.py:2089-2095``)."""
+    ``_ge_concrete_graph/fx2ge_converter.py:2096-2102``)."""
     node = graph.nodes[name].get("fx")
     return node is not None and node.op == "call_function" and not node.all_input_nodes \
         and isinstance(getattr(node, "target", None), torch._ops.OpOverload) \
@@ -123,7 +123,7 @@ def _anchor(name: str, stream_of: dict[str, int], position: dict[str, int],
 def ge_view_sources(name: str, schedule: Schedule, deps: nx.DiGraph) -> list[str]:
     """The producers a record after view op ``name`` may not cover in GE: ``name`` may emit
     no GE op (``expand`` to the same shape), so its record is the last op emitted before
-    it on its stream and carries no wait (``fx2ge_converter.py:2089-2095``); the producers
+    it on its stream and carries no wait (``fx2ge_converter.py:2096-2102``); the producers
     of its input, through further view ops, on other streams are synced directly.
 
     >>> import torch
