@@ -9,15 +9,16 @@ executes and checks every dependence of it:
   ``air.wait`` are ``torch.npu.Event`` record/wait (CUDA semantics: a record covers all
   earlier work on its stream, waits included); ``tagged_event_record`` /
   ``tagged_event_wait`` the same by tag.
-- **GE** (``max-autotune``): happens-before is the emission order of GE ops with the same
-  ``_user_stream_label`` plus control edges; a cross-stream data edge orders nothing (no
-  Python code in TorchAir orders one).
+- **GE** (``max-autotune``): happens-before is the emission order of the GE ops that are
+  stream tasks with the same ``_user_stream_label`` plus control edges; a ``Const`` is no
+  task: it passes its control inputs on to the ops it feeds, nothing else; a cross-stream
+  data edge orders nothing (no Python code in TorchAir orders one).
 
 Checked: every data edge, and read/write order on the same storage (views and in-place
 ops followed through their schemas) in program order; each side stream joined before
 output; for GE also ops emitted for a side-stream FX node without its label, and
 output-ref writes (an output written into an input's memory) after every reader of that
-input.
+input, and waits whose ``Const`` feeds no compute op of its FX node.
 
 Run ``python -m experiments.torchair_conformance`` for the table in RESULTS.md.
 """
@@ -45,25 +46,29 @@ class Findings:
     unlabelled_views: list[str] = field(default_factory=list)
     dropped_joins: list[str] = field(default_factory=list)
     uncovered_output_refs: list[str] = field(default_factory=list)
-    #: GE: a wait's control edges on a ``Const`` (made for a scalar argument), not on the
-    #: consumer's compute op; ordered by the model here, but GE may fold the ``Const`` away
+    #: GE: a wait's control edges on a ``Const`` (made for a scalar argument) rather than on
+    #: a compute op; the ``Const`` is no stream task, it orders only its data consumers
     waits_on_const: list[str] = field(default_factory=list)
     #: the core limits the program applies: GE ops carrying ``limit_core_num``'s attributes,
     #: ACL ``torch.npu.set_stream_limit`` calls
     core_limits: list[str] = field(default_factory=list)
+    #: GE: of those, the waits whose ``Const`` feeds no compute op of the FX node it was
+    #: made for: they do not reach the consumer's compute op
+    waits_off_compute: list[str] = field(default_factory=list)
     scopes: int = 0
     syncs: int = 0
 
     @property
     def ok(self) -> bool:
         return not (self.uncovered or self.unlabelled_views or self.dropped_joins
-                    or self.uncovered_output_refs)
+                    or self.uncovered_output_refs or self.waits_off_compute)
 
     def counts(self) -> dict[str, int]:
         return {"uncovered": len(self.uncovered), "unlabelled": len(self.unlabelled_views),
                 "dropped_joins": len(self.dropped_joins),
                 "output_refs": len(self.uncovered_output_refs),
-                "waits_on_const": len(self.waits_on_const)}
+                "waits_on_const": len(self.waits_on_const),
+                "waits_off_compute": len(self.waits_off_compute)}
 
 
 def _air(node: torch.fx.Node) -> str | None:
@@ -254,9 +259,15 @@ def _fx_streams(fx: torch.fx.GraphModule) -> dict[str, str]:
     return out
 
 
+#: GE ops that are no task on a stream: they order nothing by their place in it
+NON_TASK = ("Data", "RefData", "Const")
+
+
 def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
                 output_ref: dict[int, int]) -> Findings:
-    """Check TorchAir's final GE graph: stream order plus control edges must cover it."""
+    """Check TorchAir's final GE graph: stream order of its tasks plus control edges must
+    cover it.  A ``Const`` is no task: it is ordered after its control inputs and passes
+    that order on to the ops it feeds, nothing else."""
     found = Findings("max-autotune")
     fx_stream = _fx_streams(fx)
     found.scopes = sum(_air(n) == "scope_enter" for n in fx.graph.nodes)
@@ -264,28 +275,40 @@ def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
     index = {op.name: i for i, op in enumerate(ops)}
     ancestors: list[int] = []
     last_on: dict[str, int] = {}
+    feeds: dict[int, list[int]] = {}
     for i, op in enumerate(ops):
         label = _ge_label(op)
         mask = 0
-        preds = [index[p] for p in _ge_inputs(op)[1] if p in index]
-        if label in last_on:
+        data, control = _ge_inputs(op)
+        preds = [index[p] for p in control if p in index]
+        preds += [index[p] for p in data if p in index and ops[index[p]].type == "Const"]
+        for p in data:
+            if p in index:
+                feeds.setdefault(index[p], []).append(i)
+        if label in last_on and op.type not in NON_TASK:
             preds.append(last_on[label])
         for p in preds:
             mask |= ancestors[p] | (1 << p)
         ancestors.append(mask)
-        if op.type not in ("Data", "RefData"):
+        if op.type not in NON_TASK:
             last_on[label] = i
         if all(k in op.attr for k in CORE_KEYS):
             found.core_limits.append(f"{label}: {op.name} ({op.type}) " + ", ".join(
                 f"{k}={op.attr[k].s.decode()}" for k in CORE_KEYS))
-        if op.type == "Const" and _ge_inputs(op)[1]:
-            found.waits_on_const.append(f"{op.name} ({label}) for {origin.get(op.name, '?')} "
-                                        f"carries control edges {_ge_inputs(op)[1]}")
+    for i, op in enumerate(ops):
+        control = _ge_inputs(op)[1]
+        if op.type not in NON_TASK or not control:
+            continue
+        line = f"{op.name} ({_ge_label(op)}) for {origin.get(op.name, '?')} carries {control}"
+        found.waits_on_const.append(line)
+        if not any(ops[u].type not in NON_TASK and origin.get(ops[u].name) == origin.get(op.name)
+                   for u in feeds.get(i, [])):
+            found.waits_off_compute.append(line)
 
     def before(a: int, b: int) -> bool:
         return bool(ancestors[b] >> a & 1)
 
-    free = ("Data", "RefData", "Const")
+    free = NON_TASK
     for i, op in enumerate(ops):
         for producer in _ge_inputs(op)[0]:
             p = index.get(producer)
@@ -450,8 +473,8 @@ def rows(names: list[str] | None = None) -> list[dict[str, Any]]:
 
 
 HEAD = ["model", "streams", "table", "mode", "graphs", "applied", "scopes", "syncs",
-        "uncovered", "unlabelled", "dropped_joins", "output_refs", "waits_on_const",
-        "speedup", "cuda_speedup"]
+        "uncovered", "unlabelled", "dropped_joins", "output_refs", "waits_off_compute",
+        "waits_on_const", "speedup", "cuda_speedup"]
 
 
 def markdown(table_rows: list[dict[str, Any]]) -> str:
@@ -459,20 +482,21 @@ def markdown(table_rows: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     lines += ["| " + " | ".join(str(r[h]) for h in HEAD) + " |" for r in table_rows]
     lines += ["", "| mode | cases | applied | uncovered | unlabelled | dropped_joins | "
-              "output_refs | waits_on_const | mean speedup | mean cuda_speedup |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "output_refs | waits_off_compute | waits_on_const | mean speedup | "
+              "mean cuda_speedup |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for mode in MODES:
         rs = [r for r in table_rows if r["mode"] == mode]
         if not rs:
             continue
         total = {k: sum(r[k] for r in rs) for k in ("applied", "uncovered", "unlabelled",
                                                      "dropped_joins", "output_refs",
-                                                     "waits_on_const")}
+                                                     "waits_off_compute", "waits_on_const")}
         mean = sum(r["speedup"] for r in rs) / len(rs)
         cuda = sum(r["cuda_speedup"] for r in rs) / len(rs)
         lines.append(f"| {mode} | {len(rs)} | {total['applied']} | {total['uncovered']} | "
                      f"{total['unlabelled']} | {total['dropped_joins']} | "
-                     f"{total['output_refs']} | {total['waits_on_const']} | {mean:.2f} | "
+                     f"{total['output_refs']} | {total['waits_off_compute']} | "
+                     f"{total['waits_on_const']} | {mean:.2f} | "
                      f"{cuda:.2f} |")
     return "\n".join(lines)
 
@@ -523,7 +547,7 @@ def record_headlines(table_rows: list[dict[str, Any]]) -> None:
         if not rs:
             continue
         holes = sum(r[k] for r in rs for k in ("uncovered", "unlabelled", "dropped_joins",
-                                                "output_refs"))
+                                                "output_refs", "waits_off_compute"))
         out.append(Headline(f"TorchAir {mode}: dependences left uncovered ({len(rs)} cases, "
                             f"{sum(r['applied'] for r in rs)} graphs rewritten)",
                             str(holes), "0", holes == 0))

@@ -195,3 +195,64 @@ def test_core_budgets_pass_both_modes_as_limit_core_num(torchair_cache, mode, tm
     else:  # set at the scope's entry, the stream's own limits restored at its exit
         assert case["core_limits"] == ["stream_1: set_stream_limit('18', '36')",
                                        "stream_1: set_stream_limit('getitem', 'getitem_1')"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("streams", [2, 4])
+def test_ge_gpt_oss_records_follow_a_task(torchair_cache, streams):
+    """GPT-OSS at h200 in GE mode: a main-stream ``transpose`` deferred to an ``expand`` to
+    the same shape (no GE op of its own) was emitted after the op a record pointed at, a
+    record after ``scalar_tensor`` pointed at a ``Const``, and a wait landed on ``addmm``'s
+    ``alpha`` ``Const`` while its ``MatMul`` read the awaited tensor.  The plan made for GE
+    leaves none of them."""
+    cases = run_case(torchair_cache, "gpt_oss", streams, "h200", "max-autotune")
+    assert all(c["applied"] for c in cases)
+    for key in ("uncovered", "unlabelled_views", "dropped_joins", "uncovered_output_refs",
+                "waits_off_compute"):
+        assert total(cases, key) == 0, (key, [c[key][:3] for c in cases])
+
+
+@pytest.mark.slow
+def test_ge_wait_before_the_last_op_lands_on_a_task(torchair_cache):
+    """Multihead's last op is an ``addmm`` fed by one side stream: its converter emits the
+    ``alpha`` ``Const`` first, which takes the join's control edges while the ``MatMul``
+    reads the side stream's result unordered.  GE mode runs that producer on the main
+    stream instead."""
+    [case] = run_case(torchair_cache, "multihead", 2, "h200", "max-autotune")
+    assert case["applied"] and case["scopes"] > 0
+    for key in ("uncovered", "dropped_joins", "waits_off_compute"):
+        assert case[key] == [], (key, case[key][:3])
+
+
+class _GeOp:
+    """The part of a GE ``OpDef`` the harness reads."""
+
+    def __init__(self, name, type_, inputs=(), stream=None):
+        from types import SimpleNamespace
+
+        self.name, self.type, self.input = name, type_, list(inputs)
+        self.attr = {} if stream is None else {
+            "_user_stream_label": SimpleNamespace(s=stream.encode())}
+
+
+def test_harness_a_const_is_no_stream_task():
+    """A wait's control edges on a ``Const`` order only the ops the ``Const`` feeds, not the
+    ops after it on its stream: ``Read`` (main) reads ``P`` (stream_1) unordered, while
+    ``Mul`` consuming the ``Const`` is ordered, and so is ``Read2`` after it.  A ``Const`` whose control edges reach no
+    compute op of its own FX node is a wait off the compute op."""
+    import torch
+
+    from experiments.torchair_conformance import ge_findings
+
+    fx = torch.fx.symbolic_trace(lambda x: x)
+    ops = [_GeOp("P", "Exp", [], "stream_1"), _GeOp("C", "Const", ["P:-1"]),
+           _GeOp("Read", "MatMul", ["P:0"]), _GeOp("Mul", "Mul", ["Read:0", "C:0"]),
+           _GeOp("C2", "Const", ["P:-1"]), _GeOp("Read2", "Cos", ["P:0"])]
+    origin = {"C": "addmm", "Read": "addmm", "Mul": "addmm", "C2": "mul", "Read2": "cos"}
+    found = ge_findings(ops, origin, fx, {})
+    [line] = found.uncovered  # Read2 comes after Mul, a task, on the main stream
+    assert line.startswith("P (stream_1) -> Read (main)")
+    assert len(found.waits_on_const) == 2
+    assert [line.split(" ")[0] for line in found.waits_off_compute] == ["C2"]
+    ordered = ge_findings(ops[:2] + [_GeOp("Read", "MatMul", ["P:0", "C:0"])], origin, fx, {})
+    assert ordered.uncovered == [] and ordered.waits_off_compute == []

@@ -55,16 +55,31 @@ def lazy_views_feeding_side_streams(gm):
             and any(where[u] != "main" for u in n.users)]
 
 
+def first_consumer_on_a_side_stream(gm):
+    """Main-stream lazy views whose first consumer is on a side stream: GE emits them there
+    unlabelled."""
+    where = streams_of(gm)
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    feeding = set(lazy_views_feeding_side_streams(gm))
+    return [n.name for n in gm.graph.nodes if n.name in feeding
+            and where[min(n.users, key=order.__getitem__)] != "main"]
+
+
 @pytest.mark.slow
-def test_ge_main_stream_lazy_views_never_feed_a_side_stream():
+def test_ge_main_stream_lazy_views_are_first_consumed_on_the_main_stream():
     """GE defers ``view/reshape/transpose/...`` on the main stream to their first consumer,
-    unlabelled: such a view feeding a side stream moves into the side stream.  Without the
-    mode (CUDA events) the same Llama plan has three."""
+    unlabelled: in GE mode no such view is first consumed on a side stream (it moves into
+    that stream), and a record for its side-stream users follows its first consumer.
+    Without the mode (CUDA events) the same Llama plan has some."""
     from autostream import hf_zoo
 
-    assert lazy_views_feeding_side_streams(rewritten(hf_zoo.llama, None, 4, "h200"))
-    assert lazy_views_feeding_side_streams(
-        rewritten(hf_zoo.llama, "max-autotune", 4, "h200")) == []
+    assert first_consumer_on_a_side_stream(rewritten(hf_zoo.llama, None, 4, "h200"))
+    gm = rewritten(hf_zoo.llama, "max-autotune", 4, "h200")
+    assert first_consumer_on_a_side_stream(gm) == []
+    nodes = list(gm.graph.nodes)
+    for name in lazy_views_feeding_side_streams(gm):
+        [view] = [n for n in nodes if n.name == name]
+        assert air_kind(nodes[nodes.index(view) + 1]) != "record", name
 
 
 def test_without_a_mode_the_join_stays_right_before_output():
@@ -165,3 +180,92 @@ def test_acl_mode_keeps_a_later_reader_after_a_reinplaceable_write():
 
     gm = make_fx(f)(torch.ones(2, 2))
     assert ("mul", "sum_1") in acl_reinplace_hazards(gm, build_op_graph(gm))
+
+
+def _op_graph(f, *inputs):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autostream.graph import build_op_graph
+
+    return build_op_graph(make_fx(f)(*inputs))
+
+
+def _schedule(stream_of):
+    from autostream.schedule import Schedule
+
+    return Schedule("x", dict(stream_of), tuple(stream_of), {}, {}, 0.0, 0.0)
+
+
+def test_ge_moves_a_view_op_that_materialises_a_lazy_view_with_it():
+    """GE defers a main-stream ``transpose`` to its first consumer; an ``expand`` to the
+    same shape then emits no GE op (``ge_converter/aten/expand.py:22``), so a record after
+    it follows an earlier op, not the transpose (GPT-OSS at h200).  Both move onto the side
+    stream that reads them."""
+    import torch
+
+    from autostream.dialects.torchair_modes import ge_safe_schedule
+
+    def f(x):
+        return x.exp().transpose(0, 1).expand(4, 4).cos()
+
+    deps = _op_graph(f, torch.ones(4, 4))
+    assert [n for n in deps.nodes] == ["exp", "transpose", "expand", "cos"]
+    safe = ge_safe_schedule(_schedule({"exp": 0, "transpose": 0, "expand": 0, "cos": 1}), deps)
+    assert safe.stream_of["transpose"] == safe.stream_of["expand"] == 1
+    assert safe.order.index("expand") == safe.order.index("cos") - 1
+
+
+def test_ge_moves_an_op_without_tensor_inputs_onto_its_consumer_stream():
+    """``scalar_tensor`` lowers to a ``Const`` alone: a record after it on a side stream
+    follows no task (GPT-OSS at h200), so it runs on its consumer's stream."""
+    import torch
+
+    from autostream.dialects.torchair_modes import ge_safe_schedule
+
+    def f(x):
+        return torch.where(x.exp() > 0, x, torch.scalar_tensor(-1.0))
+
+    deps = _op_graph(f, torch.ones(4))
+    [factory] = [n for n in deps.nodes if "scalar_tensor" in n]
+    streams = {n: 0 for n in deps.nodes}
+    streams[factory] = 1
+    safe = ge_safe_schedule(_schedule(streams), deps)
+    assert safe.stream_of[factory] == 0
+
+
+def test_ge_wait_moves_to_an_op_whose_first_ge_op_is_a_task():
+    """``x.mul(0.5)``'s converter emits a ``Const`` for ``0.5`` first, and GE puts a wait's
+    control edges on that ``Const``; the wait moves to the earlier ``exp`` on the same
+    stream, whose first GE op is the ``Exp`` itself."""
+    import torch
+
+    from autostream.dialects.torchair_modes import ge_wait_targets
+    from autostream.schedule import Sync
+
+    def f(x, y):
+        return y.cos(), x.exp(), y.sin().mul(0.5)
+
+    deps = _op_graph(f, torch.ones(4), torch.ones(4))
+    assert list(deps.nodes) == ["cos", "exp", "sin", "mul"]
+    schedule = _schedule({"sin": 1, "cos": 0, "exp": 0, "mul": 0})
+    assert ge_wait_targets([Sync("sin", "mul")], schedule, deps) == [Sync("sin", "exp")]
+    # no task-first op between the record and the consumer: the wait stays
+    schedule = _schedule({"cos": 0, "exp": 0, "sin": 1, "mul": 0})
+    assert ge_wait_targets([Sync("sin", "mul")], schedule, deps) == [Sync("sin", "mul")]
+
+
+def test_ge_main_stream_lazy_view_of_a_side_result_runs_on_that_side_stream():
+    """GE emits a main-stream ``view`` while its consumer's arguments are prepared, before
+    the op the consumer's wait lands on: a view of a side stream's result (GPT-OSS at
+    ascend910b, 4 streams) runs on that side stream instead."""
+    import torch
+
+    from autostream.dialects.torchair_modes import ge_safe_schedule
+
+    def f(x):
+        return x.exp().view(-1).unsqueeze(0).cos()
+
+    deps = _op_graph(f, torch.ones(4, 4))
+    assert list(deps.nodes) == ["exp", "view", "unsqueeze", "cos"]
+    safe = ge_safe_schedule(_schedule({"exp": 1, "view": 0, "unsqueeze": 0, "cos": 0}), deps)
+    assert safe.stream_of["view"] == 1 and safe.stream_of["unsqueeze"] == 0

@@ -6,13 +6,15 @@ whether the graph goes to GE (``max-autotune``) or to an ACL graph (``reduce-ove
 (``docs/torchair.md``, with file and line in the wheel):
 
 - views (``permute/view/transpose/t/reshape``) on the main stream are deferred and emitted
-  at their first consumer *without* a stream label, so a main-stream view feeding a side
-  stream must be scheduled in its consumer's scope;
-- a ``wait``'s control edges attach to the next GE op emitted on its stream, so the final
-  join wait must precede a real op on the main stream, never sit alone before ``output``.
+  at their first consumer *without* a stream label and outside the op list records read;
+  view ops go into their side-stream consumer's scope, and records follow what GE emits;
+- a ``record`` is the last GE op emitted on its stream: after a view that emits nothing,
+  or an op lowered to a ``Const`` alone, it follows an earlier op or no task;
+- a ``wait``'s control edges attach to the first GE op of the next node converted on its
+  stream (often a ``Const`` for a scalar argument), so waits go before an op whose first
+  GE op is a task, and the final join wait must precede a real op on the main stream.
 
-:func:`ge_safe_schedule` adjusts a schedule for both; the syncs are then recomputed
-for the adjusted schedule.
+:func:`ge_safe_plan` adjusts a plan for all of these.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import dataclasses
 from typing import Any
 
 import networkx as nx
+import torch
 
 from autostream.schedule import Schedule
 
@@ -60,34 +63,211 @@ def _target(graph: nx.DiGraph, name: str) -> str:
     return str(target) if target is not None else ""
 
 
+def _forwards_lazy_view(graph: nx.DiGraph, name: str, stream_of: dict[str, int]) -> bool:
+    """A main-stream view op (``expand``, ``slice`` ...) with a main-stream lazy view among
+    its inputs: converting it materialises that view, and its own converter may emit no GE
+    op at all (``expand`` to the same shape, a full ``slice``: ``ge_converter/aten/expand.py:22``,
+    ``slice.py:30``), so a record after it would not follow the view's ops."""
+    node = graph.nodes[name].get("fx")
+    if node is None or _target(graph, name) in GE_LAZY_VIEWS:
+        return False
+    from autostream.graph import is_view_op
+
+    return is_view_op(node) and any(
+        stream_of.get(p, 0) == 0 and _target(graph, p) in GE_LAZY_VIEWS
+        for p in graph.predecessors(name))
+
+
+def _is_factory(graph: nx.DiGraph, name: str) -> bool:
+    """An op with no tensor input (``scalar_tensor``, ``zeros``, ``full`` ...): GE may lower
+    it to a ``Const`` alone, which is no task on a stream, so a record right after it
+    follows nothing (the record is the last GE op emitted on its stream,
+    ``_ge_concrete_graph/fx2ge_converter.py:2096-2102``)."""
+    node = graph.nodes[name].get("fx")
+    return node is not None and node.op == "call_function" and not node.all_input_nodes \
+        and isinstance(getattr(node, "target", None), torch._ops.OpOverload) \
+        and node.target.namespace == "aten" and not node.target._schema.is_mutable
+
+
+def ge_anchor(name: str, schedule: Schedule, deps: nx.DiGraph) -> str:
+    """The op a record for ``name`` must follow in GE: ``name`` itself, or for a main-stream
+    lazy view (or a view op materialising one) the first consumer that GE converts into ops
+    of its own, where the view's ops are emitted (``continguous_utils.py:170-188``; later
+    consumers reuse them, ``continguous.py:168-169``).
+
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from autostream.graph import build_op_graph
+    >>> deps = build_op_graph(make_fx(lambda x: x.exp().t().mm(x).cos())(torch.ones(2, 2)))
+    >>> s = Schedule("x", {"exp": 0, "t": 0, "mm": 0, "cos": 1}, tuple(deps), {}, {}, 0, 0)
+    >>> ge_anchor("t", s, deps), ge_anchor("exp", s, deps)
+    ('mm', 'exp')
+    """
+    return _anchor(name, schedule.stream_of,
+                   {n: i for i, n in enumerate(schedule.order)}, deps)
+
+
+def _anchor(name: str, stream_of: dict[str, int], position: dict[str, int],
+            deps: nx.DiGraph) -> str:
+    while stream_of.get(name, 0) == 0 and (_target(deps, name) in GE_LAZY_VIEWS
+                                           or _forwards_lazy_view(deps, name, stream_of)):
+        fx = deps.nodes[name]["fx"]
+        users = sorted((u.name for u in fx.users if u.name in position),
+                       key=position.__getitem__)
+        if not users or stream_of[users[0]] != 0:
+            break
+        name = users[0]
+    return name
+
+
+def ge_view_sources(name: str, schedule: Schedule, deps: nx.DiGraph) -> list[str]:
+    """The producers a record after view op ``name`` may not cover in GE: ``name`` may emit
+    no GE op (``expand`` to the same shape), so its record is the last op emitted before
+    it on its stream and carries no wait (``fx2ge_converter.py:2096-2102``); the producers
+    of its input, through further view ops, on other streams are synced directly.
+
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from autostream.graph import build_op_graph
+    >>> deps = build_op_graph(make_fx(lambda x: x.exp().expand(2, 2).cos())(torch.ones(2, 2)))
+    >>> s = Schedule("x", {"exp": 1, "expand": 2, "cos": 0}, tuple(deps), {}, {}, 0, 0)
+    >>> ge_view_sources("expand", s, deps), ge_view_sources("exp", s, deps)
+    (['exp'], [])
+    """
+    from autostream.graph import is_view_op
+
+    out: list[str] = []
+    todo, seen = [name], {name}
+    while todo:
+        node = deps.nodes[todo.pop()].get("fx")
+        if node is None or not is_view_op(node):
+            continue
+        for producer in deps.predecessors(node.name):
+            if producer in seen:
+                continue
+            seen.add(producer)
+            todo.append(producer)
+            if schedule.stream_of.get(producer, -1) >= 0 and \
+                    schedule.stream_of[producer] != schedule.stream_of[name]:
+                out.append(producer)
+    return out
+
+
 def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
-    """``schedule`` with each main-stream lazy view that feeds a side stream moved onto the
-    stream of its first side-stream consumer, right before its first consumer, and the
-    last launched op on the main stream.
+    """``schedule`` with each view op whose first consumer is on another side stream, and
+    each op without tensor inputs (:func:`_is_factory`) whose first consumer is on another
+    stream, moved onto that stream right before it, and the last launched op on the main
+    stream.  GE defers a main-stream lazy view to its first consumer, unlabelled; an
+    ``expand`` to the same shape or a full ``slice`` emits no GE op
+    (``ge_converter/aten/expand.py:22``, ``slice.py:30``), so a record after it follows an
+    earlier op; a view op in its consumer's scope needs no record.  A main-stream lazy
+    view of a side stream's result runs on that side stream.
 
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
     >>> s = Schedule("x", {"a": 0, "b": 1, "c": 0}, ("a", "c", "b"), {}, {}, 0.0, 0.0)
     >>> ge_safe_schedule(s, g).stream_of
     {'a': 0, 'b': 0, 'c': 0}
     """
+    from autostream.graph import is_view_op
+
     stream_of = dict(schedule.stream_of)
     order = list(schedule.order)
+    for name in order:
+        # a main-stream lazy view of a side stream's result: GE would emit it while its
+        # consumer's arguments are prepared, before the op the consumer's wait lands on
+        node = deps.nodes[name].get("fx") if name in deps else None
+        if node is None or stream_of[name] != 0 or _target(deps, name) not in GE_LAZY_VIEWS:
+            continue
+        sides = [stream_of[p.name] for p in node.all_input_nodes
+                 if stream_of.get(p.name, 0) > 0]
+        if sides:
+            stream_of[name] = sides[0]
     for name in reversed(list(schedule.order)):
-        if stream_of.get(name, 0) != 0 or _target(deps, name) not in GE_LAZY_VIEWS:
-            continue
         users = sorted(deps.successors(name), key=order.index)
-        side = [u for u in users if stream_of[u] > 0]
-        if not side:
+        if not users or stream_of[name] < 0:
             continue
-        # in a side scope GE converts the view where it stands (labelled, a real op that a
-        # record can follow); its main-stream users, if any, then wait for it
+        stream = stream_of[users[0]]
+        node = deps.nodes[name].get("fx")
+        view = node is not None and is_view_op(node)
+        if stream == 0 and view and stream_of[name] == 0:
+            # first consumed on the main stream: a record after the op GE emits it at
+            # (``ge_anchor``) serves its side users, unless that op comes after one of them
+            position = {n: i for i, n in enumerate(order)}
+            side = [u for u in users if stream_of[u] > 0]
+            if not side or position[_anchor(name, stream_of, position, deps)] \
+                    < position[side[0]]:
+                continue
+            stream = stream_of[side[0]]
+        elif stream < 0 or stream == stream_of[name] \
+                or not (_is_factory(deps, name) or (view and stream > 0)):
+            continue
+        # in a side scope GE converts a view where it stands (labelled, a real op that a
+        # record can follow); its other users, if any, then wait for it
         order.remove(name)
         order.insert(order.index(users[0]), name)
-        stream_of[name] = stream_of[side[0]]
+        stream_of[name] = stream
     launched = [n for n in order if stream_of[n] >= 0]
     if launched and stream_of[launched[-1]] != 0:
         stream_of[launched[-1]] = 0
     return dataclasses.replace(schedule, stream_of=stream_of, order=tuple(order))
+
+
+#: keyword arguments a GE converter turns into attributes or a cast, never into a ``Const``
+_NO_CONST_KWARGS = frozenset({"dtype", "layout", "device", "pin_memory", "memory_format",
+                              "non_blocking"})
+
+
+def _task_first(graph: nx.DiGraph, name: str) -> bool:
+    """Whether the first GE op emitted for ``name`` is a task that a wait can hold: an ATen
+    op, not a view (which GE may defer or skip) nor a factory, whose every argument is a
+    tensor.  A scalar or list argument (``0.25``, a ``dim``, ``addmm``'s ``alpha``) makes
+    converters emit a ``Const`` first, and a wait's control edges go onto ``ops[0]``
+    (``_ge_concrete_graph/fx2ge_converter.py:2118-2131``)."""
+    from autostream.graph import is_view_op
+
+    node = graph.nodes[name].get("fx") if name in graph else None
+    if node is None or node.op != "call_function" or _is_factory(graph, name) \
+            or not isinstance(node.target, torch._ops.OpOverload) \
+            or node.target.namespace != "aten" or is_view_op(node):
+        return False
+    schema_args = node.target._schema.arguments
+    tensor = torch._C.OptionalType(torch._C.TensorType.get())
+    if any(not a.type.isSubtypeOf(tensor) and a.name not in _NO_CONST_KWARGS
+           for a in schema_args[len(node.args):]):
+        return False  # a defaulted scalar argument (alpha, beta ...)
+
+    def tensors(value: Any) -> bool:
+        if isinstance(value, (list, tuple)):
+            return all(v is None or isinstance(v, torch.fx.Node) for v in value)
+        return isinstance(value, torch.fx.Node)
+
+    return all(tensors(a) for a in node.args) and set(node.kwargs) <= _NO_CONST_KWARGS
+
+
+def ge_wait_targets(syncs: Any, schedule: Schedule, deps: nx.DiGraph) -> list[Any]:
+    """``syncs`` with each wait moved, on its consumer's stream, to the nearest op at or
+    before the consumer whose first GE op is a task (:func:`_task_first`), so that the
+    wait's control edges never land on a ``Const`` only some later op reads.  A wait
+    moved earlier orders more, never less; without such an op after the record the wait
+    stays.
+    """
+    from autostream.schedule import JOIN, Sync
+
+    position = {n: i for i, n in enumerate(schedule.order)}
+    out: list[Any] = []
+    for sync in syncs:
+        target = sync.consumer
+        if target != JOIN:
+            stream = schedule.stream_of[target]
+            for name in reversed(schedule.order[position[sync.producer] + 1:
+                                                 position[target] + 1]):
+                if schedule.stream_of[name] == stream and _task_first(deps, name):
+                    target = name
+                    break
+        moved = Sync(sync.producer, target)
+        if moved not in out:
+            out.append(moved)
+    return out
 
 
 def ge_safe_plan(plan: Any) -> Any:
@@ -95,18 +275,87 @@ def ge_safe_plan(plan: Any) -> Any:
     schedule, its syncs recomputed (the plan's memory-order edges kept) and its predicted
     time moved by the simulated change of the makespan."""
     from autostream.simulate import simulate_plan
-    from autostream.sync import compute_syncs
 
-    schedule = ge_safe_schedule(plan.schedule, plan.op_graph)
     deps = nx.DiGraph(plan.op_graph)
     if plan.memory is not None:
         deps.add_edges_from(plan.memory.edges)
-    syncs = tuple(compute_syncs(deps, schedule))
+    schedule = ge_safe_schedule(plan.schedule, deps)
+    moved: set[str] = set()
+    for _ in range(len(schedule.order)):
+        syncs = _ge_syncs(schedule, deps)
+        stuck = _stuck_wait(syncs, schedule, deps, moved)
+        if stuck is None:
+            break
+        moved.add(stuck[0])
+        stream_of = dict(schedule.stream_of)
+        stream_of[stuck[0]] = stuck[1]
+        schedule = ge_safe_schedule(dataclasses.replace(schedule, stream_of=stream_of), deps)
     timed = simulate_plan(plan.problem, schedule, syncs)
     schedule = dataclasses.replace(schedule, start=timed.start, end=timed.end,
                                    makespan=timed.makespan, optimal=False)
     predicted = plan.predicted_us + timed.makespan - plan.schedule.makespan
     return dataclasses.replace(plan, schedule=schedule, syncs=syncs, predicted_us=predicted)
+
+
+def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
+                moved: set[str] = frozenset()) -> tuple[str, int] | None:
+    """A consumer whose wait found no op to land on (:func:`ge_wait_targets`) and whose
+    producers all run on one other stream, with that stream: running it there needs no
+    wait.  For the last launched op, which stays on the main stream, the producer of the
+    wait instead, with the main stream.  ``None`` when there is none; ops in ``moved`` are
+    not moved again.
+
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from autostream.graph import build_op_graph
+    >>> from autostream.schedule import Sync
+    >>> deps = build_op_graph(make_fx(lambda x: x.exp().mul(2).cos())(torch.ones(2)))
+    >>> s = Schedule("x", {"exp": 1, "mul": 0, "cos": 0}, tuple(deps), {}, {}, 0, 0)
+    >>> _stuck_wait([Sync("exp", "mul")], s, deps)
+    ('mul', 1)
+    """
+    from autostream.graph import is_view_op
+    from autostream.schedule import JOIN
+
+    launched = [n for n in schedule.order if schedule.stream_of[n] >= 0]
+    for sync in syncs:
+        name = sync.consumer
+        if name == JOIN or name in moved or _task_first(deps, name) \
+                or _is_factory(deps, name) or is_view_op(deps.nodes[name]["fx"]):
+            continue
+        if name == launched[-1]:
+            if sync.producer not in moved:
+                return sync.producer, schedule.stream_of[name]
+            continue
+        # a view of a weight (no producer of its own) follows its consumer's stream
+        streams = {schedule.stream_of[p] for p in deps.predecessors(name)
+                   if schedule.stream_of[p] >= 0 and not (
+                       deps.in_degree(p) == 0 and is_view_op(deps.nodes[p]["fx"]))}
+        if len(streams) == 1 and schedule.stream_of[name] not in streams:
+            return name, streams.pop()
+    return None
+
+
+def _ge_syncs(schedule: Schedule, deps: nx.DiGraph) -> tuple[Any, ...]:
+    """The syncs of ``schedule`` for GE: anchored records (:func:`ge_anchor`), the producers
+    behind view ops (:func:`ge_view_sources`) and waits on tasks (:func:`ge_wait_targets`)."""
+    from autostream.schedule import JOIN, Sync
+    from autostream.sync import compute_syncs
+
+    position = {n: i for i, n in enumerate(schedule.order)}
+    position[JOIN] = len(position)
+    syncs = []
+    for sync in compute_syncs(deps, schedule):
+        for producer in [sync.producer, *ge_view_sources(sync.producer, schedule, deps)]:
+            if schedule.stream_of[producer] == schedule.stream_of.get(sync.consumer, 0):
+                continue
+            anchor = ge_anchor(producer, schedule, deps)
+            if position[anchor] > position[sync.consumer]:
+                anchor = producer
+            moved = Sync(anchor, sync.consumer)
+            if moved not in syncs:
+                syncs.append(moved)
+    return tuple(ge_wait_targets(syncs, schedule, deps))
 
 
 def acl_reinplace_hazards(gm: Any, op_graph: nx.DiGraph) -> list[tuple[str, str]]:
