@@ -50,6 +50,8 @@ LEVELS = (0.25, 0.5, 0.75, 1.0)
 RESOLUTION = 1000
 #: the most ops one budget model holds (the whole graph in one model: no pieces)
 MAX_OPS = 2000
+#: the least (deterministic) seconds CP-SAT searches the budget model of a graph
+BUDGET_MIN_S = 1.0
 
 
 def budgeted(problem: SchedulingProblem, stream_of: Mapping[str, int],

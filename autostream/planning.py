@@ -322,7 +322,7 @@ def with_core_budgets(fit: FitInputs, candidate: Any, cost_model: CostModel,
     """``(candidate re-planned with side-stream core budgets, a note)``
     (``autostream.core_budgets``; its problem's graph names the budgets); ``(None, why)``
     unless the simulator predicts the budgets faster."""
-    from autostream.core_budgets import MAX_OPS, budgeted, check_cores, plan_budgets
+    from autostream.core_budgets import BUDGET_MIN_S, MAX_OPS, budgeted, check_cores, plan_budgets
     from autostream.solvers.base import schedule_from_assignment
 
     cores = getattr(getattr(cost_model, "profile", None), "cores", {}) or {}
@@ -334,8 +334,10 @@ def with_core_budgets(fit: FitInputs, candidate: Any, cost_model: CostModel,
     if len(problem.graph) > MAX_OPS:
         return None, (f"planned without core budgets: {len(problem.graph)} ops, over the "
                       f"{MAX_OPS} one budget model holds (the whole graph, no pieces)")
-    time_s = CpsatOptions(**{k: v for k, v in solver_options.items()
-                             if k == "time_limit"}).seconds(len(problem.graph))
+    # the budget model (optional intervals on two cumulatives) needs more search than the
+    # stream model's size-scaled default gives a small graph: at least BUDGET_MIN_S
+    time_s = max(BUDGET_MIN_S, CpsatOptions(**{k: v for k, v in solver_options.items()
+                                              if k == "time_limit"}).seconds(len(problem.graph)))
     choice = plan_budgets(problem, candidate.schedule, cores, time_s=time_s)
     if not choice.budgets:
         return None, ""
