@@ -9,9 +9,9 @@ and elsewhere ``torch.compile(model, backend="autostream")`` plans and runs it.
 
 from autostream.backend import backend
 from autostream.passes import AutoStreamPass, PassReport
-from autostream.planning import Plan, PlanOptions, plan_graph
-from autostream.problem import SchedulingProblem
-from autostream.schedule import JOIN, Schedule, Sync
+from autostream.planning.plan import Plan, PlanOptions, plan_graph
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.schedule import JOIN, Schedule, Sync
 from autostream.version import __version__
 
 __all__ = [

@@ -13,11 +13,11 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from autostream.call_effects import EffectsUnknown, aot_mutated_inputs
 from autostream.comm import has_communication
 from autostream.comm.reinplace import reinplace_all_reduces
-from autostream.lift import LiftedPlan, LiftError, lift_plan
+from autostream.fx.call_effects import EffectsUnknown, aot_mutated_inputs
 from autostream.passes import AutoStreamPass, PassReport, graph_device, strict
+from autostream.planning.lift import LiftedPlan, LiftError, lift_plan
 from autostream.runtime.choice import MeasuredChoice
 from autostream.runtime.sanitizer import SanitizerConfig
 from autostream.runtime.select import (
@@ -70,7 +70,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     and a reduction may then differ in its last bits (``docs/correctness.md``).
     ``options`` are ``AutoStreamPass`` options
     (``max_streams``, ``solver``, ``cost_table``, ``time_limit``,
-    ``max_memory_increase``: the memory budget, ``autostream.budget``; ``history``).
+    ``max_memory_increase``: the memory budget, ``autostream.memory.budget``; ``history``).
     Every option is checked here: a bad value, an unknown option, a cost table that
     cannot be loaded or ``sanitize`` with a runtime it cannot check raise a
     ``ValueError`` naming the option and the fix.  ``runtime="streams"`` with CPU
@@ -81,7 +81,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     hand-written code does (``autostream.comm.reinplace``).
 
     For inference graphs the plan, made on the ATen graph, is lifted to the graph
-    Dynamo captured (``autostream.lift``): the streams then run the calls eager mode
+    Dynamo captured (``autostream.planning.lift``): the streams then run the calls eager mode
     makes, without AOTAutograd's decompositions and wrappers.  Where lifting is
     refused (calls whose effects cannot be established, calls that change the
     thread's state) the ATen graph runs.  One entry per applied plan, a

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 import torch.fx
 
-from autostream.capture import capture_graphs
 from autostream.cost.calibrate import (
     CONTENTION_TARGET_US,
     ROUNDS,
@@ -36,6 +35,7 @@ from autostream.cost.calibrate import (
 from autostream.cost.profile import GENERIC_CPU, DeviceProfile
 from autostream.cost.table import CostTable
 from autostream.cost.timing import available_device, make_timer
+from autostream.fx.capture import capture_graphs
 from autostream.runtime.overhead import runtime_costs
 
 __all__ = ["calibrate_graphs", "calibrate_model", "to_device"]

@@ -13,7 +13,7 @@ Modes: ``no_grad``; ``inference_mode``; ``autocast_bf16`` (CPU autocast to bfloa
 under ``no_grad``); ``training`` (grad enabled and a backward pass of the outputs' sum;
 the model's own train/eval mode is left as it is).
 
->>> from autostream.zoo import two_branch_gemv
+>>> from autostream.models.zoo import two_branch_gemv
 >>> check = check_against_eager(lambda: two_branch_gemv(depth=2), "inference_mode",
 ...                             max_streams=2, cost_table="h200", measure=0, deterministic=True)
 >>> check.mismatch, check.applied, check.lifted, check.bitwise
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from autostream.backend import backend
-from autostream.lift import LiftedPlan
+from autostream.planning.lift import LiftedPlan
 
 MODES = ("no_grad", "inference_mode", "autocast_bf16", "training")
 

@@ -27,12 +27,11 @@ import torch
 import torch.fx
 
 import cost_models
-from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
 from autostream.comm import has_communication
 from autostream.comm.agree import check_through_store, graph_key, outcome_digest
-from autostream.core_budgets import check_cores, scope_keys
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
+from autostream.dialects.rewrite import restore, rewrite_graph, snapshot
 from autostream.dialects.torchair import is_stream_op
 from autostream.dialects.torchair_modes import (
     ACL_MODES,
@@ -42,11 +41,12 @@ from autostream.dialects.torchair_modes import (
     ge_safe_plan,
     torchair_mode,
 )
-from autostream.graph import target_name
-from autostream.planning import Plan, PlanOptions, plan_graph
-from autostream.rewrite import restore, rewrite_graph, snapshot
+from autostream.dialects.verify import verify_rewrite
+from autostream.fx.graph import target_name
+from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
+from autostream.planning.plan import Plan, PlanOptions, plan_graph
+from autostream.scheduling.core_budgets import check_cores, scope_keys
 from autostream.stages import StageTimes, Stopwatch, collector_paused
-from autostream.verify import verify_rewrite
 from autostream.version import __version__
 
 try:  # Inductor's interface for post-grad passes (its cache keys on ``uuid()``)
@@ -207,10 +207,10 @@ class AutoStreamPass(CustomGraphPass):
     cost_table: str | None = None
     time_limit: float | None = None
     #: a fraction of the single-stream peak (``0.1``), a size (``"512MiB"``) or both
-    #: (``"10%,2MiB"``: the larger); ``None``: no budget (``autostream.budget``)
+    #: (``"10%,2MiB"``: the larger); ``None``: no budget (``autostream.memory.budget``)
     max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
     #: also choose each side stream's core budget in CP-SAT's model and emit it as
-    #: ``limit_core_num``'s scope keys (``autostream.core_budgets``; cpsat only)
+    #: ``limit_core_num``'s scope keys (``autostream.scheduling.core_budgets``; cpsat only)
     core_budgets: bool = False
     history: int = DEFAULT_HISTORY
     reports: deque[PassReport] = field(init=False, compare=False, hash=False, repr=False)

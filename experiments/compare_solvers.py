@@ -1,6 +1,6 @@
 """Solver comparison over the model zoo: predicted speed-up, gap and syncs of every solver.
 
-Every zoo model (and a few random DAG models), and every ``autostream.hf_zoo``
+Every zoo model (and a few random DAG models), and every ``autostream.models.hf_zoo``
 model at two layers when ``transformers`` is installed, is captured once, costed
 with the default cost model (``--cost-table`` another), and planned by every
 solver on ``--streams`` streams.  A line under the tables counts the models where
@@ -22,13 +22,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from autostream import hf_zoo, zoo
+from autostream.models import hf_zoo, zoo
 from autostream.report.compare import plan_solvers
 from autostream.report.dot import write_graph
 from autostream.report.gantt import gantt_png
 from autostream.report.sources import problem_from_model
 from autostream.report.table import SolverResult, fmt_pct
-from autostream.solvers import SOLVERS
+from autostream.scheduling.solvers import SOLVERS
 from experiments.headline import Headline, record
 
 FIGURES = Path(__file__).resolve().parent / "figures"

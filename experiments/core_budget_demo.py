@@ -8,7 +8,7 @@ stream the two fit and the chain runs at full speed.  The table is the shipped
 ``ascend910b`` with one entry per op of this graph (hand-written times and shares: an
 illustration, not a measurement).  The chain is long enough that it, not the join of
 ``b`` back to the main stream, ends the plan even at the ACL graph's dearer syncs
-(``autostream.scope_events``), so the budget shows in both TorchAir modes.
+(``autostream.scheduling.scope_events``), so the budget shows in both TorchAir modes.
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ def demo_model() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
 def demo_table(path: str | Path) -> Path:
     """Write the ``ascend910b`` table with this graph's op costs to ``path``."""
     import cost_models
-    from autostream.capture import capture_graphs
     from autostream.cost.free import is_free_target
     from autostream.cost.signature import node_signature
     from autostream.cost.table import CostTable, Entry
+    from autostream.fx.capture import capture_graphs
 
     base = CostTable.load(cost_models.table_path("ascend910b"))
     model, inputs = demo_model()

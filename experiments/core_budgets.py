@@ -3,7 +3,7 @@
 Each model's graphs are planned by the pass's planner (cpsat) on the shipped
 ``ascend910b`` table at 2 and 4 streams; then CP-SAT's budget model, warm-started from
 that plan, chooses the streams and each side stream's budget (quarters of the chip)
-together, replayed on the simulator (:func:`autostream.core_budgets.plan_budgets`, what
+together, replayed on the simulator (:func:`autostream.scheduling.core_budgets.plan_budgets`, what
 ``PlanOptions.core_budgets`` runs).  Printed per model and stream count: the
 predicted makespan of the plan without budgets and of the plan with them, the gap of
 each to the lower bound of the plan without budgets (budgets only lengthen ops, so
@@ -27,11 +27,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from autostream import hf_zoo, zoo
-from autostream.capture import capture_graphs
-from autostream.core_budgets import plan_budgets
 from autostream.cost import TableCostModel
-from autostream.planning import PlanOptions, plan_graph
+from autostream.fx.capture import capture_graphs
+from autostream.models import hf_zoo, zoo
+from autostream.planning.plan import PlanOptions, plan_graph
+from autostream.scheduling.core_budgets import plan_budgets
 from experiments.headline import Headline, record
 
 HF_MOE = ("qwen3_moe", "olmoe", "gpt_oss", "granite_moe")

@@ -11,10 +11,10 @@ output on both sides, and after the last call every earlier output must still ma
 (a runtime keeping a tensor between calls would hand it out again).  Modes: ``no_grad``,
 ``inference_mode``, ``autocast_bf16``
 (under ``no_grad``) and ``training`` (a backward pass; models stay in eval mode, so no
-dropout draws random numbers).  Models: the zoo (``autostream.zoo.ZOO``), the zoo's
+dropout draws random numbers).  Models: the zoo (``autostream.models.zoo.ZOO``), the zoo's
 ``running_stats`` model (a functional batch norm updating buffers other branches read),
 ``fresh_tensors`` (branches making tensors with ``zeros``, ``ones``, ``full``, ``arange``
-and ``empty``, written in place and returned) and the transformers zoo (``autostream.hf_zoo``, every cache mode) when ``transformers``
+and ``empty``, written in place and returned) and the transformers zoo (``autostream.models.hf_zoo``, every cache mode) when ``transformers``
 is installed.
 
 Prints markdown tables: mismatches (the target is 0), cases equal bit for bit and within
@@ -40,9 +40,9 @@ from typing import Any
 
 import torch
 
-from autostream import hf_zoo, zoo
 from autostream.equivalence import MODES, Check, check_against_eager
-from autostream.solvers import SOLVERS
+from autostream.models import hf_zoo, zoo
+from autostream.scheduling.solvers import SOLVERS
 from experiments.headline import Headline, record
 
 RUNTIMES = ("threads", "sequential")

@@ -29,14 +29,14 @@ from typing import Any
 
 import torch
 
-from autostream import zoo
 from autostream.calibration import calibrate_graphs
-from autostream.capture import capture_graphs
 from autostream.cost import CostModel, CostTable, TableCostModel
 from autostream.cost.calibrate import ROUNDS, collect_ops, robust_time
 from autostream.cost.free import is_free_target
 from autostream.cost.incontext import GraphTimer, graph_inputs
 from autostream.cost.signature import node_signature
+from autostream.fx.capture import capture_graphs
+from autostream.models import zoo
 from autostream.stages import collector_paused
 from experiments.headline import Headline, record
 

@@ -32,7 +32,7 @@ import random
 
 import networkx as nx
 
-from autostream.problem import SchedulingProblem
+from autostream.scheduling.problem import SchedulingProblem
 
 #: op kind -> (duration us, device share)
 COSTS: dict[str, tuple[float, float]] = {

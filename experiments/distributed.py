@@ -1,6 +1,6 @@
 """Distributed graphs on real ranks: autostream against the hand-written overlap (issue 14).
 
-For each model of ``autostream.zoo_parallel`` (2 ranks on gloo here; NCCL with
+For each model of ``autostream.models.zoo_parallel`` (2 ranks on gloo here; NCCL with
 ``--backend nccl`` on GPUs), nine variants run side by side in one run, in rounds,
 every rank calling the same variant at the same time (a barrier before each timed
 call; a call's time is its slowest rank's):
@@ -165,7 +165,7 @@ def _variants(model, backend_options: dict):
     import torch
 
     import autostream
-    from autostream.zoo_parallel import GraphModeOverlap
+    from autostream.models.zoo_parallel import GraphModeOverlap
 
     torch._dynamo.reset()
     planned = _Recorded(autostream.backend(max_streams=2, measure=0, **backend_options))
@@ -261,7 +261,7 @@ def _rank(rank: int, world: int, names: list[str], runs: int, warmup: int, devic
     import torch
     import torch.distributed as dist
 
-    from autostream.zoo_parallel import PARALLEL_ZOO
+    from autostream.models.zoo_parallel import PARALLEL_ZOO
 
     device = torch.device(device_kind, rank) if device_kind != "cpu" else torch.device("cpu")
     out = {}

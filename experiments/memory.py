@@ -7,10 +7,10 @@ run on the CPU threads runtime with ``record_memory=True``: the runtime counts t
 bytes of every storage it holds, from the start of the op producing it until it
 drops it, inputs included (``autostream.runtime.memory.LiveBytes``).  The same
 graph left on one stream is measured the same way.  The prediction is
-``Plan.memory`` (``autostream.memory.predict_memory`` on the plan's simulated
+``Plan.memory`` (``autostream.memory.predict.predict_memory`` on the plan's simulated
 timeline).  Error: predicted / measured - 1, against the largest of ``--runs`` calls.
 
-**Budget.**  The fan-out model (``autostream.zoo.parallel_block``: attention heads
+**Budget.**  The fan-out model (``autostream.models.zoo.parallel_block``: attention heads
 beside an MLP) planned with no budget, the default budget and ``0``: predicted
 speed-up over one stream, predicted and measured peak, and how much of the
 unconstrained speed-up each budget keeps.
@@ -30,12 +30,12 @@ from typing import Any
 
 import torch
 
-from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
-from autostream.capture import capture
+from autostream.fx.capture import capture
+from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
+from autostream.models.zoo import ZOO, parallel_block
 from autostream.passes import AutoStreamPass
-from autostream.planning import Plan
+from autostream.planning.plan import Plan
 from autostream.runtime import ThreadsRunner
-from autostream.zoo import ZOO, parallel_block
 from experiments.headline import Headline, record
 
 #: every architecture with no cache and one with each cache mode
@@ -69,7 +69,7 @@ class Row:
 def models(quick: bool) -> dict[str, Callable[[], tuple[Any, tuple[Any, ...]]]]:
     out: dict[str, Callable] = dict(ZOO)
     try:
-        from autostream.hf_zoo import HF_ZOO, available
+        from autostream.models.hf_zoo import HF_ZOO, available
     except ImportError:
         return out
     have = set(available())

@@ -40,9 +40,9 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from autostream.capture import capture
-from autostream.lift import lift_plan
-from autostream.planning import PlanOptions, load_cost_model, plan_graph
+from autostream.fx.capture import capture
+from autostream.planning.lift import lift_plan
+from autostream.planning.plan import PlanOptions, load_cost_model, plan_graph
 from autostream.runtime import ThreadsRunner
 from autostream.runtime.builder import DialectBuilder, two_chains
 from experiments.headline import Headline, record

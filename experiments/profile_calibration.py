@@ -40,12 +40,12 @@ from typing import Any
 import torch
 from torch.profiler import profile
 
-from autostream import hf_zoo, zoo
 from autostream.calibration import calibrate_graphs
-from autostream.capture import capture_graphs
 from autostream.cost import CostTable, TableCostModel
 from autostream.cost.calibrate import ROUNDS, robust_time
 from autostream.cost.from_profile import coverage, table_from_profile
+from autostream.fx.capture import capture_graphs
+from autostream.models import hf_zoo, zoo
 from experiments.cost_accuracy import graph_times, predict_graph, rel_err
 from experiments.headline import Headline, record
 

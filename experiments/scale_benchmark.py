@@ -26,8 +26,8 @@ import argparse
 import sys
 import time
 
-from autostream.solvers import solve
-from autostream.solvers.cpsat.bounds import graham_by_pieces
+from autostream.scheduling.solvers import solve
+from autostream.scheduling.solvers.cpsat.bounds import graham_by_pieces
 from experiments.decoder_graph import decoder_problem
 from experiments.headline import Headline, record
 

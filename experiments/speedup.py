@@ -7,7 +7,7 @@ alternately, one timed call of each per round, median over ``--runs`` rounds aft
 ``--settle-ms`` (the OpenMP threads of the previous variant spin for several ms).
 The baseline is the best single-stream variant (eager or Inductor).  ``as-seq`` is
 the same rewritten graph on the sequential runtime (stream ops as no-ops; the plan
-lifted to Dynamo's graph where ``autostream.lift`` allows): the gap between it and
+lifted to Dynamo's graph where ``autostream.planning.lift`` allows): the gap between it and
 the baseline is the interpreter's overhead, the gap between it and autostream the
 overlap actually gained.
 
@@ -50,12 +50,12 @@ from typing import Any
 import torch
 
 import autostream
-from autostream.lift import LiftedPlan
-from autostream.planning import PlanOptions, load_cost_model, predicted_speedup_over_eager
+from autostream.models.zoo import ZOO, random_dag_model, two_branch_gemv
+from autostream.planning.lift import LiftedPlan
+from autostream.planning.plan import PlanOptions, load_cost_model, predicted_speedup_over_eager
 from autostream.runtime import make_runner
 from autostream.runtime.builder import two_chains
 from autostream.runtime.choice import SETTLE_S
-from autostream.zoo import ZOO, random_dag_model, two_branch_gemv
 from experiments.headline import Headline, record
 
 #: the deep GEMV pair, and its target speed-up; no model may lose more than FLOOR;

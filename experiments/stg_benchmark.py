@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from autostream.solvers import solve
-from autostream.stg import read_optimal_csv, read_stg
+from autostream.models.stg import read_optimal_csv, read_stg
+from autostream.scheduling.solvers import solve
 from experiments.headline import Headline, record
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "stg"

@@ -393,7 +393,7 @@ class WithoutMode:
 def models() -> dict[str, Any]:
     """name -> factory of ``(model, inputs)``: zoo models, buffer writers and transformers
     decoders (a static-KV-cache decode step among them)."""
-    from autostream import hf_zoo, zoo
+    from autostream.models import hf_zoo, zoo
 
     out = {"inception": zoo.inception_block, "moe": zoo.moe_model,
            "multihead": zoo.multihead_block, "parallel": zoo.parallel_block,
@@ -418,7 +418,7 @@ def run_case(factory: Any, streams: int, table: str, mode: str, drop_sync: bool 
              without_mode: bool = False, core_budgets: bool = False
              ) -> list[tuple[Findings, Any]]:
     """Capture the model, lower each graph with TorchAir and the pass; findings and reports."""
-    from autostream.capture import capture
+    from autostream.fx.capture import capture
     from autostream.passes import AutoStreamPass
     from experiments import torchair_real
 
@@ -436,7 +436,7 @@ def run_case(factory: Any, streams: int, table: str, mode: str, drop_sync: bool 
 
 def _cuda_speedup(factory: Any, streams: int, table: str) -> float:
     """The predicted speed-up of the plan made without TorchAir's mode (CUDA events)."""
-    from autostream.capture import capture
+    from autostream.fx.capture import capture
     from autostream.passes import AutoStreamPass
 
     model, inputs = factory()

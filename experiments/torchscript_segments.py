@@ -27,12 +27,12 @@ from typing import Any
 import torch
 import torch.fx
 
-from autostream.call_effects import EFFECTS_KEY
-from autostream.graph import op_effects, target_name, writes_inputs_by_name
+from autostream.fx.call_effects import EFFECTS_KEY
+from autostream.fx.graph import op_effects, target_name, writes_inputs_by_name
+from autostream.fx.thread_state import ThreadState
 from autostream.runtime import ThreadsRunner
 from autostream.runtime.execute import Env, load, run_op
 from autostream.runtime.segments import Segment
-from autostream.thread_state import ThreadState
 
 #: ``warnings.catch_warnings`` edits the process-wide filters: streams tracing their
 #: first segments at the same time take turns

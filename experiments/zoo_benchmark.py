@@ -1,13 +1,13 @@
 """Zoo benchmark: the whole pass on models nobody here wrote, against its targets.
 
-Every ``autostream.hf_zoo`` model (transformers classes at tiny configs) at
+Every ``autostream.models.hf_zoo`` model (transformers classes at tiny configs) at
 ``--layers`` layers is captured once; then, for each cost table and stream count,
 the pass (plan, rewrite, verify) runs on a copy of the graph, timed per stage.
 ``pass s`` is everything but capturing the graph; ``again s`` is the same pass on
 a fresh copy, which the plan cache answers (and must answer with the same plan).
 The gap is cpsat's makespan over the lower bound it reports; ``proven``: CP-SAT
 proved every distinct piece's bound optimal.  A second table times the planner on
-the small graphs of ``autostream.zoo`` (one stream count, every table).  The plan
+the small graphs of ``autostream.models.zoo`` (one stream count, every table).  The plan
 cache lives in a temporary directory, so the first pass of each case solves.
 
     python -m experiments.zoo_benchmark                          # 32 layers, all models
@@ -151,8 +151,8 @@ def headlines(cases: list[Case], layers: int, small: list[tuple[int, float]]) ->
 def small_graphs(streams: int) -> tuple[str, list[tuple[int, float]]]:
     """Planning time of the small zoo graphs (the solve stage and the whole plan): the
     table, and the ops and plan seconds of each case."""
-    from autostream import zoo
-    from autostream.planning import plan_model
+    from autostream.models import zoo
+    from autostream.planning.plan import plan_model
 
     lines = ["| graph | ops | table | solve s | plan s | streams used | gap |",
              "|---|---:|---|---:|---:|---:|---:|"]
@@ -178,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-small", action="store_true", help="skip the small-graph table")
     args = ap.parse_args(argv)
     os.environ["AUTOSTREAM_PLAN_CACHE"] = tempfile.mkdtemp(prefix="autostream-plans-")
-    from autostream import hf_zoo
-    from autostream.capture import capture_graphs
+    from autostream.fx.capture import capture_graphs
+    from autostream.models import hf_zoo
 
     names = args.models or hf_zoo.available()
     if not names:
@@ -195,14 +195,14 @@ def main(argv: list[str] | None = None) -> int:
         for table in args.tables:
             for streams in args.streams:
                 cases.append(run_case(name, gm, table, streams))
-    print(f"The pass on `autostream.hf_zoo` models at {args.layers} layers (default cpsat "
+    print(f"The pass on `autostream.models.hf_zoo` models at {args.layers} layers (default cpsat "
           "options; `pass s` excludes capturing the graph).\n")
     print(zoo_table(cases))
     print()
     print(targets(cases))
     small: list[tuple[int, float]] = []
     if not args.no_small:
-        print("\nPlanning the small graphs of `autostream.zoo` on 4 streams (default options):\n")
+        print("\nPlanning the small graphs of `autostream.models.zoo` on 4 streams (default options):\n")
         text, small = small_graphs(4)
         print(text)
     record(__file__, headlines(cases, args.layers, small))

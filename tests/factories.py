@@ -13,10 +13,10 @@ import networkx as nx
 import torch
 from hypothesis import strategies as st
 
-from autostream.capture import capture_graphs
-from autostream.graph import build_op_graph
-from autostream.planning import build_problem
-from autostream.problem import SchedulingProblem
+from autostream.fx.capture import capture_graphs
+from autostream.fx.graph import build_op_graph
+from autostream.planning.plan import build_problem
+from autostream.scheduling.problem import SchedulingProblem
 
 
 def random_dag(seed: int, nodes: int, *, max_parents: int = 2,

@@ -12,9 +12,9 @@ import torch
 import torch.fx
 
 import autostream
-from autostream.graph import is_meta_only
-from autostream.problem import SchedulingProblem
-from autostream.schedule import JOIN, Schedule
+from autostream.fx.graph import is_meta_only
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.schedule import JOIN, Schedule
 
 BASELINES = ("single", "round_robin", "tf_greedy", "opara", "critical_path", "nimble", "heft",
              "overlap")

@@ -3,12 +3,12 @@
 import torch
 
 import autostream
-from autostream.capture import capture
+from autostream.dialects.rewrite import rewrite_graph
 from autostream.dialects.torchair import air_kind, air_ops
-from autostream.planning import PlanOptions, plan_graph
-from autostream.rewrite import rewrite_graph
-from autostream.verify import verify_rewrite
-from autostream.zoo import article_model
+from autostream.dialects.verify import verify_rewrite
+from autostream.fx.capture import capture
+from autostream.models.zoo import article_model
+from autostream.planning.plan import PlanOptions, plan_graph
 from tests.helpers import UniformCosts
 
 

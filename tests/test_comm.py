@@ -15,18 +15,18 @@ from autostream.comm.affinity import launch_of_wait
 from autostream.comm.agree import DictStore, check_through_store, graph_key, outcome_digest
 from autostream.cost import CostModel, CostTable, TableCostModel
 from autostream.cost.collectives import LinkFit
-from autostream.graph import build_op_graph, communicates, op_effects
-from autostream.memory import GraphMemory
-from autostream.memory_fit import FitInputs, evaluate
-from autostream.planning import PlanOptions, plan_graph
-from autostream.problem import SchedulingProblem
-from autostream.rewrite import rewrite_graph
-from autostream.schedule import Schedule
-from autostream.simulate import simulate_plan
-from autostream.solvers import solve
-from autostream.sync import compute_syncs
-from autostream.transfers import plan_transfers, transfer_task
-from autostream.verify import verify_rewrite
+from autostream.dialects.rewrite import rewrite_graph
+from autostream.dialects.verify import verify_rewrite
+from autostream.fx.graph import build_op_graph, communicates, op_effects
+from autostream.memory.fit import FitInputs, evaluate
+from autostream.memory.predict import GraphMemory
+from autostream.planning.plan import PlanOptions, plan_graph
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.schedule import Schedule
+from autostream.scheduling.simulate import simulate_plan
+from autostream.scheduling.solvers import solve
+from autostream.scheduling.sync import compute_syncs
+from autostream.scheduling.transfers import plan_transfers, transfer_task
 
 C10D = torch.ops._c10d_functional
 MM, TANH, ADD = torch.ops.aten.mm.default, torch.ops.aten.tanh.default, torch.ops.aten.add.Tensor
@@ -230,7 +230,7 @@ def test_a_wait_planned_on_another_stream_moves_to_its_launchs_stream():
 
 
 def test_cpsat_is_deterministic_on_graphs_that_communicate(monkeypatch):
-    import autostream.planning as planning
+    import autostream.planning.plan as planning
 
     asked: dict = {}
     real = planning.get_solver
@@ -496,7 +496,7 @@ def test_communication_never_joins_a_segment():
 
 @pytest.mark.parametrize("name", ["ep_moe", "fsdp", "probe", "two_allreduces"])
 def test_parallel_zoo_inputs_differ_across_ranks_steps_and_arguments(name):
-    from autostream.zoo_parallel import PARALLEL_ZOO
+    from autostream.models.zoo_parallel import PARALLEL_ZOO
 
     inputs = [t for rank in (0, 1) for step in (0, 1) for t in PARALLEL_ZOO[name](rank, 2)[1](step)]
     assert not any(torch.equal(a, b) for i, a in enumerate(inputs) for b in inputs[i + 1:]

@@ -14,10 +14,10 @@ import torch
 from autostream import passes
 from autostream.comm.spawn import run_ranks
 from autostream.passes import AutoStreamPass, Outcome
-from autostream.planning import PlanOptions, plan_graph
-from autostream.problem import SchedulingProblem
-from autostream.solvers import solve
-from autostream.solvers.overlap import sink_transfer_readers
+from autostream.planning.plan import PlanOptions, plan_graph
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.solvers import solve
+from autostream.scheduling.solvers.overlap import sink_transfer_readers
 from tests.helpers import UniformCosts
 from tests.test_comm import gloo_table, two_allreduces
 
@@ -92,7 +92,7 @@ def test_a_graph_without_collectives_keeps_its_program_order():
 
 def _probe(rank: int, world: int) -> tuple[int, str, int]:
     import autostream
-    from autostream.zoo_parallel import PARALLEL_ZOO
+    from autostream.models.zoo_parallel import PARALLEL_ZOO
 
     model, make_inputs = PARALLEL_ZOO["probe"](rank, world)
     # one stream: the overlap can only come from reordering (whatever the table says)

@@ -13,10 +13,10 @@ import networkx as nx
 import pytest
 import torch
 
-from autostream.core_budgets import LEVELS, budgeted, plan_budgets, scope_keys
-from autostream.problem import SchedulingProblem
-from autostream.solvers import solve
-from autostream.solvers.cpsat.core_resources import (
+from autostream.scheduling.core_budgets import LEVELS, budgeted, plan_budgets, scope_keys
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.solvers import solve
+from autostream.scheduling.solvers.cpsat.core_resources import (
     CoreTasks,
     budget_cores,
     capped,
@@ -228,8 +228,8 @@ def _pass(table, core_budgets):
 
 
 def test_pass_emits_the_budget_inside_the_streams_scope(demo):
-    from autostream.capture import capture
     from autostream.dialects.torchair import air_kind
+    from autostream.fx.capture import capture
 
     table, factory = demo
     model, inputs = factory()
@@ -269,10 +269,10 @@ def _ops_in_scope(gm):
 
 
 def test_core_budgets_need_cpsat_and_core_counts():
-    from autostream.capture import capture_graphs
+    from autostream.fx.capture import capture_graphs
+    from autostream.models.zoo import two_branch_gemv
     from autostream.passes import AutoStreamPass
-    from autostream.planning import PlanOptions
-    from autostream.zoo import two_branch_gemv
+    from autostream.planning.plan import PlanOptions
 
     with pytest.raises(ValueError, match="needs solver='cpsat'.*other solvers plan without"):
         PlanOptions(solver="heft", core_budgets=True)

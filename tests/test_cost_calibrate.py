@@ -14,7 +14,7 @@ from autostream.cost import CostTable, TableCostModel
 from autostream.cost.calibrate import OpCase, calibrate_ops, collect_ops
 from autostream.cost.inputs import make_inputs
 from autostream.cost.timing import CpuTimer, available_device
-from autostream.modelspec import load_model_spec
+from autostream.models.modelspec import load_model_spec
 
 FAST = ["--warmup", "0", "--repeat", "2", "--no-progress"]
 
@@ -52,7 +52,7 @@ def test_calibrate_command_writes_a_valid_table(tmp_path, spec_file, capsys):
     assert "wrote" in capsys.readouterr().out
     # the table's own signatures come back as exact hits
     model, inputs = load_model_spec(f"{spec_file}:tiny")
-    from autostream.capture import capture_graphs
+    from autostream.fx.capture import capture_graphs
     gm = capture_graphs(model, inputs)[0]
     cm = TableCostModel.load(out)
     sources = {cm.estimate(n).source for n in gm.graph.nodes if n.op == "call_function"}
@@ -109,7 +109,7 @@ def test_bad_model_specs(spec_file):
         load_model_spec(f"{spec_file}:not_a_pair")
     with pytest.raises(FileNotFoundError):
         load_model_spec("nowhere/models.py:tiny")
-    model, inputs = load_model_spec("autostream.zoo:article_model")
+    model, inputs = load_model_spec("autostream.models.zoo:article_model")
     assert isinstance(model, torch.nn.Module) and isinstance(inputs, tuple)
 
 

@@ -10,15 +10,15 @@ import pytest
 import torch
 from torch.profiler import profile
 
-from autostream.capture import capture_graphs
 from autostream.cli import main
 from autostream.cost import CostTable, TableCostModel
 from autostream.cost.from_profile import coverage, table_from_profile
 from autostream.cost.prof_errors import ProfileError
 from autostream.cost.signature import node_cost_key
-from autostream.graph import build_op_graph
-from autostream.planning import build_problem
-from autostream.simulate import simulate
+from autostream.fx.capture import capture_graphs
+from autostream.fx.graph import build_op_graph
+from autostream.planning.plan import build_problem
+from autostream.scheduling.simulate import simulate
 from tests.npu_profiles import Kernel, Op, write_npu_profile
 
 

@@ -12,17 +12,17 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from autostream.problem import SchedulingProblem
-from autostream.solvers import solve
-from autostream.solvers.cpsat import clock, ladder, task_plan
-from autostream.solvers.cpsat.bounds import graham_by_pieces
-from autostream.solvers.cpsat.energy import PrecedenceEnergy
-from autostream.solvers.cpsat.model import WindowResult
-from autostream.solvers.cpsat.options import CpsatOptions
-from autostream.solvers.cpsat.pieces import Piece, cut_into_pieces
-from autostream.solvers.cpsat.stitch import PieceLayout, stitch
-from autostream.solvers.cpsat.tasks import build_tasks
-from autostream.stg import read_optimal_csv, read_stg
+from autostream.models.stg import read_optimal_csv, read_stg
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.solvers import solve
+from autostream.scheduling.solvers.cpsat import clock, ladder, task_plan
+from autostream.scheduling.solvers.cpsat.bounds import graham_by_pieces
+from autostream.scheduling.solvers.cpsat.energy import PrecedenceEnergy
+from autostream.scheduling.solvers.cpsat.model import WindowResult
+from autostream.scheduling.solvers.cpsat.options import CpsatOptions
+from autostream.scheduling.solvers.cpsat.pieces import Piece, cut_into_pieces
+from autostream.scheduling.solvers.cpsat.stitch import PieceLayout, stitch
+from autostream.scheduling.solvers.cpsat.tasks import build_tasks
 from tests.factories import (
     comm_problems,
     fork_join,
@@ -110,7 +110,7 @@ def test_the_bound_solve_is_skipped_where_its_model_cannot_bound_the_core(monkey
 
 
 def test_one_stream_and_heft_are_planned_once_per_solve_when_the_graph_is_one_piece(monkeypatch):
-    from autostream.solvers import heft
+    from autostream.scheduling.solvers import heft
 
     p = next(q for q in (random_problem(seed, 30, streams=2) for seed in range(50))
              if [piece.ops for piece in cut_into_pieces(q)] == [q.topo_order])
@@ -147,8 +147,8 @@ def test_a_zoo_model_gets_the_same_plan_twice_in_one_process():
     """Two captures (new FX nodes) of a model whose ops share the device: the same plan."""
     import torch
 
-    from autostream.planning import load_cost_model
-    from autostream.zoo import ZOO
+    from autostream.models.zoo import ZOO
+    from autostream.planning.plan import load_cost_model
 
     model, inputs = ZOO["multihead"]()
     costs = load_cost_model(None)
@@ -253,7 +253,7 @@ def test_a_piece_cut_by_the_wall_clock_makes_the_whole_plan_not_reproducible(mon
 
 
 def test_a_graph_whose_cuts_leave_one_piece_to_plan_is_planned_whole():
-    from autostream.solvers.cpsat.planner import _pieces
+    from autostream.scheduling.solvers.cpsat.planner import _pieces
 
     g = nx.DiGraph([("a", "b"), ("b", "c"), ("b", "d"), ("c", "e"), ("d", "e")])
     nx.set_node_attributes(g, 1.0, "duration")
@@ -337,7 +337,7 @@ def test_relaxed_models_get_a_bound_without_contention(contention, caplog):
 def test_four_interleaved_workers_give_one_plan_over_repeated_solves():
     # This graph had two optimal plans, and CP-SAT's default interleave batch size
     # returned either from one solve to the next.
-    from autostream.zoo import random_dag_model
+    from autostream.models.zoo import random_dag_model
 
     problem = model_problem(*random_dag_model(3530, ops=8, width=16, rows=4), UniformCosts(), 3)
     plans = {tuple(sorted(solve(problem, "cpsat", workers=4, wall_clock=False,
@@ -352,8 +352,8 @@ def test_the_searches_of_a_small_graph_stay_within_its_budget():
     the searches' deterministic time stays within the budget (they used to spend 1.6x it)."""
     import torch
 
-    from autostream.planning import load_cost_model
-    from autostream.zoo import ZOO
+    from autostream.models.zoo import ZOO
+    from autostream.planning.plan import load_cost_model
 
     model, inputs = ZOO["parallel"]()
     with torch.no_grad():

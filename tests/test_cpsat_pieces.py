@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autostream.problem import SchedulingProblem
-from autostream.solvers import solve
-from autostream.solvers.base import schedule_from_assignment
-from autostream.solvers.cpsat.bounds import graham_by_pieces, graham_by_pieces_at
-from autostream.solvers.cpsat.local_search import improve
-from autostream.solvers.cpsat.pieces import cut_into_pieces, piece_problem
-from autostream.solvers.cpsat.tasks import build_tasks, task_groups
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.solvers import solve
+from autostream.scheduling.solvers.base import schedule_from_assignment
+from autostream.scheduling.solvers.cpsat.bounds import graham_by_pieces, graham_by_pieces_at
+from autostream.scheduling.solvers.cpsat.local_search import improve
+from autostream.scheduling.solvers.cpsat.pieces import cut_into_pieces, piece_problem
+from autostream.scheduling.solvers.cpsat.tasks import build_tasks, task_groups
 from tests.factories import layers_with_weights, model_problem, problems
 from tests.helpers import assert_valid
 
@@ -129,8 +129,8 @@ def test_renamed_graphs_get_the_same_plan():
 
 
 def _hf_problem(layers: int) -> SchedulingProblem:
-    from autostream import hf_zoo
-    from autostream.planning import load_cost_model
+    from autostream.models import hf_zoo
+    from autostream.planning.plan import load_cost_model
 
     return model_problem(*hf_zoo.qwen3_moe(layers=layers), load_cost_model("ascend910b"), 4)
 

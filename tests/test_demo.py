@@ -63,10 +63,10 @@ def _args(tmp_path: Path, **kw):
 
 
 def test_demo_without_the_zoo_says_so_and_exits_0(tmp_path, monkeypatch, capsys) -> None:
-    import autostream.zoo
+    import autostream.models.zoo
     from autostream.commands import demo
 
-    monkeypatch.delattr(autostream.zoo, "moe_model")
+    monkeypatch.delattr(autostream.models.zoo, "moe_model")
     assert demo.run(_args(tmp_path)) == 0
     assert "demo unavailable" in capsys.readouterr().out
 
@@ -82,8 +82,8 @@ def test_demo_without_runtime_or_cpsat_still_prints_the_table(tmp_path, monkeypa
                         lambda *a, **k: sources.Source(problem, "stub"))
     monkeypatch.delattr(autostream.runtime, "make_runner", raising=False)
     monkeypatch.setattr(demo, "DEMO_SOLVERS", ("single", "heft", "no_such_solver"))
-    monkeypatch.setitem(__import__("autostream.solvers").solvers.SOLVERS, "no_such_solver",
-                        "autostream.solvers.no_such_module:solve")
+    monkeypatch.setitem(__import__("autostream.scheduling.solvers").scheduling.solvers.SOLVERS, "no_such_solver",
+                        "autostream.scheduling.solvers.no_such_module:solve")
     assert demo.run(_args(tmp_path)) == 0
     out = capsys.readouterr().out
     assert out.count("| heft | 2 | ") == 2 and "| single | 1 | 0 | 12.0 |" in out

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from autostream.comm.spawn import RanksFailed, run_ranks
+from autostream.models.zoo_parallel import PARALLEL_ZOO
 from autostream.passes import load_table
-from autostream.zoo_parallel import PARALLEL_ZOO
 from experiments import distributed as distributed_experiment
 
 CALLS = 200
@@ -86,7 +86,7 @@ def _diverging(rank: int, world: int) -> Outcome:
     import torch.distributed as dist
 
     import autostream.passes
-    from autostream.planning import plan_graph
+    from autostream.planning.plan import plan_graph
 
     if rank == 1:
         autostream.passes.plan_graph = lambda gm, options, *costs: plan_graph(
@@ -159,7 +159,7 @@ def _graph_mode_overlaps(rank: int, world: int) -> dict[str, tuple[int, bool]]:
     experiment's ``ceiling compiled``): (calls that differ from eager, whether some op
     runs between a launch and its wait in the one graph Dynamo traced)."""
     from autostream.comm import comm_op
-    from autostream.zoo_parallel import GraphModeOverlap
+    from autostream.models.zoo_parallel import GraphModeOverlap
 
     out = {}
     for name, build in PARALLEL_ZOO.items():

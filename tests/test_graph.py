@@ -5,8 +5,8 @@ import operator
 import torch
 import torch.fx
 
-from autostream.capture import capture_graphs
-from autostream.graph import build_op_graph, is_meta_only
+from autostream.fx.capture import capture_graphs
+from autostream.fx.graph import build_op_graph, is_meta_only
 
 aten = torch.ops.aten
 
@@ -105,7 +105,7 @@ def test_side_effect_ops_keep_program_order():
 def test_op_graph_is_acyclic_on_real_models():
     import networkx as nx
 
-    from autostream.zoo import decoder_layer, moe_model
+    from autostream.models.zoo import decoder_layer, moe_model
 
     for factory in (decoder_layer, moe_model):
         model, inputs = factory()

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from autostream import hf_zoo
+from autostream.models import hf_zoo
 
 pytest.importorskip("transformers")
 

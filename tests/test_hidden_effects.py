@@ -7,13 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autostream.call_effects import EffectsUnknown, trace_call_effects
-from autostream.capture import capture
 from autostream.equivalence import check_against_eager
-from autostream.graph import draws_random_numbers
-from autostream.lift import LiftError, lift_plan
-from autostream.planning import PlanOptions, plan_graph
-from autostream.zoo import running_stats_model
+from autostream.fx.call_effects import EffectsUnknown, trace_call_effects
+from autostream.fx.capture import capture
+from autostream.fx.graph import draws_random_numbers
+from autostream.models.zoo import running_stats_model
+from autostream.planning.lift import LiftError, lift_plan
+from autostream.planning.plan import PlanOptions, plan_graph
 
 from .helpers import UniformCosts
 
@@ -115,7 +115,7 @@ def test_calls_changing_the_thread_state_are_seen():
 
 
 def test_a_mutation_aotautograd_reports_but_no_call_shows_refuses_lifting(monkeypatch):
-    import autostream.lift as lift_module
+    import autostream.planning.lift as lift_module
 
     model, inputs = running_stats_model()
     [graph] = capture(model, inputs)

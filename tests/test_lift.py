@@ -7,13 +7,13 @@ import torch
 from torch import nn
 
 import autostream
-from autostream.capture import capture
 from autostream.dialects.torchair import air_kind
-from autostream.lift import LiftedPlan, LiftError, lift_plan
-from autostream.planning import PlanOptions, plan_graph
+from autostream.fx.capture import capture
+from autostream.models.zoo import ZOO, random_dag_model
+from autostream.planning.lift import LiftedPlan, LiftError, lift_plan
+from autostream.planning.plan import PlanOptions, plan_graph
 from autostream.runtime import make_runner
 from autostream.runtime.program import parse_program, unordered_dependences
-from autostream.zoo import ZOO, random_dag_model
 
 from .helpers import UniformCosts, as_tuple
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import autostream
+from autostream.models.zoo import multihead_block
 from autostream.runtime.choice import MeasuredChoice
-from autostream.zoo import multihead_block
 
 
 def _fake_clock(durations):

@@ -8,15 +8,15 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from autostream.graph import build_op_graph
-from autostream.lifetimes import LaunchStep, plan_steps, release_points
-from autostream.memory import GraphMemory, launch_timeline, predict_memory
-from autostream.problem import SchedulingProblem
+from autostream.fx.graph import build_op_graph
+from autostream.memory.lifetimes import LaunchStep, plan_steps, release_points
+from autostream.memory.predict import GraphMemory, launch_timeline, predict_memory
+from autostream.models.zoo import ZOO
 from autostream.runtime import parse_program
 from autostream.runtime.builder import DialectBuilder
-from autostream.schedule import JOIN, Schedule, Sync
-from autostream.solvers import get_solver
-from autostream.zoo import ZOO
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.schedule import JOIN, Schedule, Sync
+from autostream.scheduling.solvers import get_solver
 from tests.factories import largest_graph
 
 aten = torch.ops.aten

@@ -11,11 +11,11 @@ import networkx as nx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autostream.lifetimes import plan_steps
-from autostream.memory import GraphMemory, MemoryProfile, launch_timeline, predict_memory
-from autostream.schedule import JOIN, Schedule, Sync
-from autostream.solvers import get_solver
-from autostream.sync import compute_syncs
+from autostream.memory.lifetimes import plan_steps
+from autostream.memory.predict import GraphMemory, MemoryProfile, launch_timeline, predict_memory
+from autostream.scheduling.schedule import JOIN, Schedule, Sync
+from autostream.scheduling.solvers import get_solver
+from autostream.scheduling.sync import compute_syncs
 from tests.factories import random_problem
 
 

@@ -13,15 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import autostream
-from autostream import memory_fit
-from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
-from autostream.capture import capture
-from autostream.memory import GraphMemory, predict_memory
-from autostream.memory_fit import FitInputs, evaluate, fit_plan
-from autostream.planning import PlanOptions, plan_graph
-from autostream.simulate import simulate_plan
-from autostream.solvers import get_solver
-from autostream.zoo import parallel_block
+from autostream.fx.capture import capture
+from autostream.memory import fit as memory_fit
+from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
+from autostream.memory.fit import FitInputs, evaluate, fit_plan
+from autostream.memory.predict import GraphMemory, predict_memory
+from autostream.models.zoo import parallel_block
+from autostream.planning.plan import PlanOptions, plan_graph
+from autostream.scheduling.simulate import simulate_plan
+from autostream.scheduling.solvers import get_solver
 from tests.factories import random_problem
 from tests.helpers import as_tuple
 
@@ -59,7 +59,7 @@ def test_bad_budgets_name_the_option_at_construction(bad, why):
 @pytest.mark.slow
 def test_bad_budget_on_the_command_line_names_the_flag():
     out = subprocess.run(
-        [sys.executable, "-m", "autostream.cli", "plan", "autostream.zoo:article_model",
+        [sys.executable, "-m", "autostream.cli", "plan", "autostream.models.zoo:article_model",
          "--max-memory-increase", "-1"], capture_output=True, text=True, check=False)
     assert out.returncode != 0 and "--max-memory-increase must be >= 0" in out.stderr
 
@@ -135,7 +135,7 @@ def test_summary_and_json_carry_the_peaks(fan_out, tmp_path):
     assert s["peak_bound_bytes"] <= s["single_stream_peak_bytes"] == s["memory_limit_bytes"]
     out = tmp_path / "plan.json"
     done = subprocess.run(
-        [sys.executable, "-m", "autostream.cli", "plan", "autostream.zoo:parallel_block",
+        [sys.executable, "-m", "autostream.cli", "plan", "autostream.models.zoo:parallel_block",
          "--streams", "2", "--solver", "heft", "--cost-table", "h200",
          "--max-memory-increase", "0", "--json", str(out)],
         capture_output=True, text=True, check=False)

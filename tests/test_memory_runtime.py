@@ -5,18 +5,18 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autostream.capture import capture
+from autostream.fx.capture import capture
+from autostream.models.zoo import parallel_block
 from autostream.passes import AutoStreamPass
 from autostream.runtime import StreamsRunner, ThreadsRunner, make_runner
 from autostream.runtime.builder import fork_join
 from autostream.runtime.memory import LiveBytes, storage_bytes
 from autostream.runtime.segments import Segment
-from autostream.zoo import parallel_block
 from tests.test_runtime_streams import RecordingAPI
 
 
 def _hf_llama():
-    hf = pytest.importorskip("autostream.hf_zoo")
+    hf = pytest.importorskip("autostream.models.hf_zoo")
     if "llama" not in hf.available():
         pytest.skip("transformers has no Llama here")
     return hf.llama(cache="prefill")

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-from autostream.capture import capture
+from autostream.fx.capture import capture
+from autostream.models.zoo import ZOO
 from autostream.runtime import ThreadsRunner, parse_program
-from autostream.zoo import ZOO
 from experiments import overlap
 
 

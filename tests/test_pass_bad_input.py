@@ -9,10 +9,10 @@ import torch
 import torch.fx
 
 import autostream
-from autostream.capture import capture
 from autostream.dialects.torchair import air_ops
+from autostream.fx.capture import capture
+from autostream.models.zoo import moe_model, multihead_block
 from autostream.passes import Outcome
-from autostream.zoo import moe_model, multihead_block
 from tests.helpers import compile_and_compare
 
 
@@ -151,7 +151,7 @@ def test_rewrite_rejected_by_verifier_restores_the_original_graph(monkeypatch, s
 
 
 def test_runtime_overhead_per_node_can_make_one_stream_the_better_plan():
-    from autostream.planning import PlanOptions, plan_graph
+    from autostream.planning.plan import PlanOptions, plan_graph
     from tests.helpers import UniformCosts
 
     class SlowRuntime(UniformCosts):
@@ -168,8 +168,8 @@ def test_runtime_overhead_per_node_can_make_one_stream_the_better_plan():
 
 
 def test_runtime_overhead_per_segment_prefers_plans_with_fewer_syncs():
-    from autostream.planning import PlanOptions, plan_graph
-    from autostream.simulate import segment_leaders
+    from autostream.planning.plan import PlanOptions, plan_graph
+    from autostream.scheduling.simulate import segment_leaders
     from tests.helpers import UniformCosts
 
     model, inputs = moe_model()
@@ -195,7 +195,7 @@ def test_runtime_overhead_per_segment_prefers_plans_with_fewer_syncs():
 
 
 def test_runtime_overhead_per_call_can_make_one_stream_the_better_plan():
-    from autostream.planning import PlanOptions, plan_graph
+    from autostream.planning.plan import PlanOptions, plan_graph
     from tests.helpers import UniformCosts
 
     model, inputs = moe_model()
@@ -220,7 +220,7 @@ def test_runtime_overhead_per_call_can_make_one_stream_the_better_plan():
 def test_ops_slower_on_a_split_device_can_make_one_stream_the_better_plan():
     from dataclasses import replace
 
-    from autostream.planning import PlanOptions, plan_graph
+    from autostream.planning.plan import PlanOptions, plan_graph
     from tests.helpers import UniformCosts
 
     class HalfSpeedWhenSplit(UniformCosts):

@@ -10,10 +10,10 @@ import torch
 import autostream
 import autostream.passes as passes_module
 import cost_models
-from autostream.capture import capture
 from autostream.cost import TableCostModel
+from autostream.fx.capture import capture
+from autostream.models.zoo import article_model, multihead_block, two_branch_gemv
 from autostream.passes import AutoStreamPass, Outcome
-from autostream.zoo import article_model, multihead_block, two_branch_gemv
 
 
 def _table_file(tmp_path, name="t.json", **profile):
@@ -84,7 +84,7 @@ def _estimates(plan):
 
 @pytest.mark.parametrize("device,table", [("cpu", "cpu"), ("cuda", "h200"), ("npu", "ascend910b")])
 def test_the_default_table_follows_the_graphs_device(monkeypatch, caplog, device, table):
-    from autostream.planning import PlanOptions, plan_graph
+    from autostream.planning.plan import PlanOptions, plan_graph
 
     monkeypatch.setattr(passes_module, "graph_device", lambda graph, inputs=None: device)
     p = AutoStreamPass(max_streams=2)

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 import autostream
-from autostream.capture import capture
 from autostream.dialects.torchair import air_kind
-from autostream.verify import verify_rewrite
-from autostream.zoo import decoder_layer, inception_block, moe_model, multihead_block
+from autostream.dialects.verify import verify_rewrite
+from autostream.fx.capture import capture
+from autostream.models.zoo import decoder_layer, inception_block, moe_model, multihead_block
 from tests.helpers import compile_and_compare
 
 

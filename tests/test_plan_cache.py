@@ -8,10 +8,10 @@ import json
 import networkx as nx
 import pytest
 
-from autostream.problem import SchedulingProblem
-from autostream.solvers import solve
-from autostream.solvers.cpsat import ladder
-from autostream.solvers.cpsat.cache import ENV, FORMAT, PlanCache
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.solvers import solve
+from autostream.scheduling.solvers.cpsat import ladder
+from autostream.scheduling.solvers.cpsat.cache import ENV, FORMAT, PlanCache
 from tests.factories import layers_with_weights
 
 
@@ -38,8 +38,8 @@ def test_a_hit_returns_exactly_the_plan_the_solve_returned(tmp_path):
 
 
 def test_a_hit_is_not_simulated_again_and_the_key_is_hashed_once(tmp_path, monkeypatch):
-    import autostream.simulate
-    from autostream.solvers.cpsat import cache
+    import autostream.scheduling.simulate
+    from autostream.scheduling.solvers.cpsat import cache
 
     hashed = []
     real = cache.digest
@@ -47,7 +47,7 @@ def test_a_hit_is_not_simulated_again_and_the_key_is_hashed_once(tmp_path, monke
     p = layers_with_weights(4)
     first = solve(p, "cpsat", time_limit=1.0)
     assert len(hashed) == 1  # a miss: looked up and stored under one key
-    monkeypatch.setattr(autostream.simulate, "run_events", None)  # any simulation fails
+    monkeypatch.setattr(autostream.scheduling.simulate, "run_events", None)  # any simulation fails
     again = solve(p, "cpsat", time_limit=1.0)
     assert again.stats.cache_hit and len(hashed) == 2
     _same(first, again)

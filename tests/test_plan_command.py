@@ -80,7 +80,7 @@ def test_plan_real_stg_file(tmp_path):
 
 def test_plan_model_spec(tmp_path):
     out = tmp_path / "plan.json"
-    assert main(["plan", "autostream.zoo:article_model", "--streams", "2", "--solver", "heft",
+    assert main(["plan", "autostream.models.zoo:article_model", "--streams", "2", "--solver", "heft",
                  "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert KEYS <= set(data)
@@ -89,7 +89,7 @@ def test_plan_model_spec(tmp_path):
 
 def test_plan_json_has_the_time_of_every_stage_of_the_pass(tmp_path, capsys):
     out = tmp_path / "plan.json"
-    assert main(["plan", "autostream.zoo:multihead_block", "--streams", "4", "--cost-table",
+    assert main(["plan", "autostream.models.zoo:multihead_block", "--streams", "4", "--cost-table",
                  "ascend910b", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     stages = data["stage_seconds"]

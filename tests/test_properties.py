@@ -4,11 +4,11 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autostream.capture import capture
-from autostream.planning import PlanOptions, plan_graph
-from autostream.rewrite import rewrite_graph
-from autostream.verify import verify_rewrite
-from autostream.zoo import random_dag_model
+from autostream.dialects.rewrite import rewrite_graph
+from autostream.dialects.verify import verify_rewrite
+from autostream.fx.capture import capture
+from autostream.models.zoo import random_dag_model
+from autostream.planning.plan import PlanOptions, plan_graph
 from tests.helpers import UniformCosts, as_tuple, minimum_sync_count
 
 

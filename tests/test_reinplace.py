@@ -7,7 +7,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from autostream.comm.reinplace import reinplace_all_reduces
-from autostream.memory import GraphMemory
+from autostream.memory.predict import GraphMemory
 
 f = torch.ops._c10d_functional
 

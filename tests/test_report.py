@@ -16,17 +16,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autostream.problem import SchedulingProblem
 from autostream.report.compare import plan_solvers, syncs_for, write_reports
 from autostream.report.dot import graph_dot
 from autostream.report.gantt import gantt_png
 from autostream.report.table import SolverResult, fmt_pct, markdown_table
 from autostream.report.trace import chrome_trace
-from autostream.schedule import JOIN, Sync
-from autostream.simulate import cross_stream_syncs, simulate, simulate_plan
-from autostream.solvers import SOLVERS, get_solver, solve
-from autostream.solvers.base import schedule_from_assignment
-from autostream.timeline import Timeline
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.schedule import JOIN, Sync
+from autostream.scheduling.simulate import cross_stream_syncs, simulate, simulate_plan
+from autostream.scheduling.solvers import SOLVERS, get_solver, solve
+from autostream.scheduling.solvers.base import schedule_from_assignment
+from autostream.scheduling.timeline import Timeline
 from tests import factories
 
 #: a random DAG with durations, device shares, program order and op kinds
@@ -71,7 +71,7 @@ def test_simulator_agrees_with_planner(solver: str, index: int) -> None:
 @pytest.mark.skipif("cpsat" not in available_solvers(), reason="cpsat solver not in this build")
 @pytest.mark.parametrize("index", [0, 1, 5])
 def test_simulator_agrees_with_cpsat(index: int) -> None:
-    # CP-SAT's own model blocks on capacity (see autostream.simulate), but the Schedule
+    # CP-SAT's own model blocks on capacity (see autostream.scheduling.simulate), but the Schedule
     # it returns is re-timed by the shared simulator: the replay must match exactly.
     problem = PROBLEMS[index]
     plan = solve(problem, "cpsat", time_limit=0.5)
@@ -119,8 +119,8 @@ def test_launch_overhead_delays_ops_in_launch_order() -> None:
 
 
 def test_segment_overhead_delays_each_run_between_syncs() -> None:
-    from autostream.simulate import segment_leaders
-    from autostream.sync import compute_syncs
+    from autostream.scheduling.simulate import segment_leaders
+    from autostream.scheduling.sync import compute_syncs
 
     p = random_problem(4)
     plan = solve(p, "heft")

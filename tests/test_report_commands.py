@@ -22,7 +22,7 @@ STG = """4
 
 
 def test_compare_on_stg_writes_table_gantt_trace_and_graph(tmp_path: Path, capsys) -> None:
-    pytest.importorskip("autostream.stg")
+    pytest.importorskip("autostream.models.stg")
     stg = tmp_path / "g.stg"
     stg.write_text(STG)
     out = tmp_path / "out"

@@ -7,9 +7,10 @@ import threading
 import pytest
 import torch
 
-from autostream.capture import capture
-from autostream.planning import PlanOptions, plan_graph
-from autostream.rewrite import rewrite_graph
+from autostream.dialects.rewrite import rewrite_graph
+from autostream.fx.capture import capture
+from autostream.models.zoo import ZOO, random_dag_model
+from autostream.planning.plan import PlanOptions, plan_graph
 from autostream.runtime import (
     RUNTIMES,
     SanitizerConfig,
@@ -20,7 +21,6 @@ from autostream.runtime import (
     select_runtime,
 )
 from autostream.runtime.builder import DialectBuilder, fork_join, two_chains
-from autostream.zoo import ZOO, random_dag_model
 from tests.helpers import UniformCosts, as_tuple
 
 CPU_RUNTIMES = ("sequential", "threads", "auto")

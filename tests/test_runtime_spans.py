@@ -2,7 +2,7 @@
 
 from autostream.runtime import ThreadsRunner, parse_program
 from autostream.runtime.builder import fork_join
-from autostream.timeline import Timeline
+from autostream.scheduling.timeline import Timeline
 
 
 def test_spans_cover_every_op_once_on_its_stream_in_stream_order():

@@ -8,18 +8,18 @@ import itertools
 import networkx as nx
 import pytest
 
-from autostream import zoo
-from autostream.capture import capture_graphs
 from autostream.dialects.torchair import air_kind
 from autostream.dialects.torchair_modes import acl_scope_overhead_us
-from autostream.planning import PlanOptions, load_cost_model, plan_graph
-from autostream.problem import SchedulingProblem
-from autostream.schedule import Schedule
-from autostream.scope_events import count_scopes, grouped_order, scope_latency_us
-from autostream.simulate import simulate_plan
-from autostream.solvers import solve
-from autostream.solvers.base import schedule_from_assignment
-from autostream.sync import compute_syncs
+from autostream.fx.capture import capture_graphs
+from autostream.models import zoo
+from autostream.planning.plan import PlanOptions, load_cost_model, plan_graph
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.schedule import Schedule
+from autostream.scheduling.scope_events import count_scopes, grouped_order, scope_latency_us
+from autostream.scheduling.simulate import simulate_plan
+from autostream.scheduling.solvers import solve
+from autostream.scheduling.solvers.base import schedule_from_assignment
+from autostream.scheduling.sync import compute_syncs
 
 CUDA_LATENCY = 5.0
 ACL_LATENCY = scope_latency_us(CUDA_LATENCY, acl_scope_overhead_us(CUDA_LATENCY))

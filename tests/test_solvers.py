@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autostream.problem import SchedulingProblem
-from autostream.solvers import SOLVERS, check_solver_name, solve
-from autostream.solvers._graphs import transitive_reduction_edges
-from autostream.solvers.critical_path import deepest_path
-from autostream.solvers.nimble import nimble_streams
-from autostream.solvers.opara import opara_launch_order
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.solvers import SOLVERS, check_solver_name, solve
+from autostream.scheduling.solvers._graphs import transitive_reduction_edges
+from autostream.scheduling.solvers.critical_path import deepest_path
+from autostream.scheduling.solvers.nimble import nimble_streams
+from autostream.scheduling.solvers.opara import opara_launch_order
 from tests.factories import problems
 from tests.helpers import BASELINES, assert_valid
 

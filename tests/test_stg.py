@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autostream.stg import parse_stg, read_optimal_csv, read_stg
+from autostream.models.stg import parse_stg, read_optimal_csv, read_stg
 
 STG = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "stg"
 needs_stg = pytest.mark.skipif(not STG.is_dir(), reason="STG benchmark not present")

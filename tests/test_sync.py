@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autostream.problem import SchedulingProblem
-from autostream.schedule import JOIN, Schedule, Sync
-from autostream.solvers import solve
-from autostream.sync import compute_syncs, group_waits, recorded_producers
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.schedule import JOIN, Schedule, Sync
+from autostream.scheduling.solvers import solve
+from autostream.scheduling.sync import compute_syncs, group_waits, recorded_producers
 from tests.factories import random_dag
 from tests.helpers import minimum_sync_count
 

@@ -9,10 +9,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import autostream.runtime.threads as threads_module
+from autostream.fx.thread_state import ThreadState
 from autostream.runtime import make_runner
 from autostream.runtime.builder import DialectBuilder
 from autostream.runtime.sanitizer import ThreadStateError
-from autostream.thread_state import ThreadState
 
 MODES = {
     "no_grad": torch.no_grad,
@@ -145,11 +145,11 @@ def test_process_wide_settings_need_no_carrying():
 
 
 def test_segments_of_a_lifted_plan_run_under_autocast_and_print_nothing(capfd):
-    from autostream.capture import capture
-    from autostream.lift import lift_plan
-    from autostream.planning import PlanOptions, plan_graph
+    from autostream.fx.capture import capture
+    from autostream.models.zoo import multihead_block
+    from autostream.planning.lift import lift_plan
+    from autostream.planning.plan import PlanOptions, plan_graph
     from autostream.runtime.segments import Segment
-    from autostream.zoo import multihead_block
 
     from .helpers import UniformCosts, as_tuple
 

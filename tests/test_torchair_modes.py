@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from autostream import AutoStreamPass, zoo
-from autostream.capture import capture_graphs
+from autostream import AutoStreamPass
 from autostream.dialects.torchair import air_kind, scope_label
 from autostream.dialects.torchair_modes import GE_LAZY_VIEWS
+from autostream.fx.capture import capture_graphs
+from autostream.models import zoo
 
 
 class Config:  # what the pass reads of TorchAir's CompilerConfig
@@ -71,7 +72,7 @@ def test_ge_main_stream_lazy_views_are_first_consumed_on_the_main_stream():
     unlabelled: in GE mode no such view is first consumed on a side stream (it moves into
     that stream), and a record for its side-stream users follows its first consumer.
     Without the mode (CUDA events) the same Llama plan has some."""
-    from autostream import hf_zoo
+    from autostream.models import hf_zoo
 
     assert first_consumer_on_a_side_stream(rewritten(hf_zoo.llama, None, 4, "h200"))
     gm = rewritten(hf_zoo.llama, "max-autotune", 4, "h200")
@@ -90,9 +91,9 @@ def test_without_a_mode_the_join_stays_right_before_output():
 def test_verifier_knows_ge_drops_a_join_wait_before_output():
     """The plan made for CUDA events joins right before ``output``: correct there, but GE
     attaches that wait to nothing, and the verifier in GE mode says so."""
-    from autostream.planning import PlanOptions, plan_graph
-    from autostream.rewrite import rewrite_graph
-    from autostream.verify import verify_rewrite
+    from autostream.dialects.rewrite import rewrite_graph
+    from autostream.dialects.verify import verify_rewrite
+    from autostream.planning.plan import PlanOptions, plan_graph
 
     model, inputs = zoo.inception_block()
     [gm] = capture_graphs(model, inputs)
@@ -107,10 +108,10 @@ def test_verifier_knows_ge_drops_a_join_wait_before_output():
 def test_verifier_knows_ge_defers_main_stream_views():
     """Llama's CUDA plan has main-stream views feeding side streams: GE emits them at their
     first consumer, on the main stream, unordered before the side-stream consumer."""
-    from autostream import hf_zoo
-    from autostream.planning import PlanOptions, plan_graph
-    from autostream.rewrite import rewrite_graph
-    from autostream.verify import verify_rewrite
+    from autostream.dialects.rewrite import rewrite_graph
+    from autostream.dialects.verify import verify_rewrite
+    from autostream.models import hf_zoo
+    from autostream.planning.plan import PlanOptions, plan_graph
 
     model, inputs = hf_zoo.llama()
     [gm] = capture_graphs(model, inputs)
@@ -153,7 +154,7 @@ def test_acl_mode_orders_readers_of_a_view_before_a_reinplaceable_write():
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from autostream.dialects.torchair_modes import acl_reinplace_hazards
-    from autostream.graph import build_op_graph
+    from autostream.fx.graph import build_op_graph
 
     def f(x):
         y = x.exp()
@@ -172,7 +173,7 @@ def test_acl_mode_keeps_a_later_reader_after_a_reinplaceable_write():
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from autostream.dialects.torchair_modes import acl_reinplace_hazards
-    from autostream.graph import build_op_graph
+    from autostream.fx.graph import build_op_graph
 
     def f(x):
         y = x.exp()
@@ -185,13 +186,13 @@ def test_acl_mode_keeps_a_later_reader_after_a_reinplaceable_write():
 def _op_graph(f, *inputs):
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from autostream.graph import build_op_graph
+    from autostream.fx.graph import build_op_graph
 
     return build_op_graph(make_fx(f)(*inputs))
 
 
 def _schedule(stream_of):
-    from autostream.schedule import Schedule
+    from autostream.scheduling.schedule import Schedule
 
     return Schedule("x", dict(stream_of), tuple(stream_of), {}, {}, 0.0, 0.0)
 
@@ -240,7 +241,7 @@ def test_ge_wait_moves_to_an_op_whose_first_ge_op_is_a_task():
     import torch
 
     from autostream.dialects.torchair_modes import ge_wait_targets
-    from autostream.schedule import Sync
+    from autostream.scheduling.schedule import Sync
 
     def f(x, y):
         return y.cos(), x.exp(), y.sin().mul(0.5)

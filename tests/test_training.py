@@ -3,7 +3,7 @@
 import torch
 
 import autostream
-from autostream.zoo import multihead_block, two_branch_gemv
+from autostream.models.zoo import multihead_block, two_branch_gemv
 
 
 def test_forward_and_backward_graphs_are_planned_and_gradients_match():

@@ -9,7 +9,7 @@ import pytest
 
 from autostream.equivalence import check_against_eager
 
-hf_zoo = pytest.importorskip("autostream.hf_zoo")
+hf_zoo = pytest.importorskip("autostream.models.hf_zoo")
 
 CASES = [  # model, cache, mode, runtime, solver
     ("llama", "decode", "no_grad", "threads", "cpsat"),  # a StaticCache written in place

@@ -1,11 +1,11 @@
 """The verifier catches what a broken rewrite would do."""
 
-from autostream.capture import capture
+from autostream.dialects.rewrite import rewrite_graph
 from autostream.dialects.torchair import air_kind
-from autostream.planning import PlanOptions, plan_graph
-from autostream.rewrite import rewrite_graph
-from autostream.verify import check_scopes, verify_rewrite
-from autostream.zoo import multihead_block
+from autostream.dialects.verify import check_scopes, verify_rewrite
+from autostream.fx.capture import capture
+from autostream.models.zoo import multihead_block
+from autostream.planning.plan import PlanOptions, plan_graph
 from tests.helpers import UniformCosts
 
 

@@ -18,7 +18,7 @@ import networkx as nx
 import torch.fx
 
 from autostream.comm.ops import comm_op
-from autostream.schedule import Schedule
+from autostream.scheduling.schedule import Schedule
 
 
 def launch_of_wait(wait: torch.fx.Node) -> torch.fx.Node | None:
@@ -40,7 +40,7 @@ def launches_of_waits(deps: nx.DiGraph) -> dict[str, str]:
     """Each collective wait of a dependence graph (``graph.build_op_graph``) -> its launch.
 
     >>> import torch
-    >>> from autostream.graph import build_op_graph
+    >>> from autostream.fx.graph import build_op_graph
     >>> from torch.fx.experimental.proxy_tensor import make_fx
     >>> f = torch.ops._c10d_functional
     >>> gm = make_fx(lambda x: f.wait_tensor(f.all_reduce(x, "sum", "0")) + 1,

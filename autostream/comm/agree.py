@@ -34,8 +34,8 @@ from typing import Any, Protocol
 import torch
 import torch.fx
 
-from autostream.graph import target_name
-from autostream.schedule import Sync
+from autostream.fx.graph import target_name
+from autostream.scheduling.schedule import Sync
 
 log = logging.getLogger("autostream")
 

@@ -39,7 +39,7 @@ import torch.fx
 from torch.utils._pytree import tree_leaves
 
 from autostream.comm.registry import qualified_name
-from autostream.lifetimes import fake_storages
+from autostream.memory.lifetimes import fake_storages
 
 __all__ = ["reinplace_all_reduces"]
 

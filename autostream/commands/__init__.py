@@ -1,0 +1,4 @@
+"""The CLI's subcommands: ``autostream plan``, ``calibrate``, ``demo``, ``compare``.
+
+May import: anything (the CLI's subcommands sit on top of the package).
+"""

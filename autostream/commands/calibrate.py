@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from autostream.calibration import calibrate_graphs, to_device
     from autostream.cost.table import CostTable, median_table
     from autostream.cost.timing import available_device
-    from autostream.modelspec import load_model_spec
+    from autostream.models.modelspec import load_model_spec
 
     if args.warmup < 0 or args.repeat < 1:
         raise ValueError("--warmup must be >= 0 and --repeat >= 1")
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.merge and args.out.exists():
         existing = CostTable.load(args.out, expect_kind=device.type)
 
-    from autostream.capture import capture_graphs
+    from autostream.fx.capture import capture_graphs
 
     graphs = []
     for spec in args.model_spec:
@@ -110,9 +110,9 @@ def _merge_table(name: str, kind: str | None = None):
 
 def run_from_profile(args: argparse.Namespace) -> int:
     """``--from-profile``: a table from a profile, with coverage and disagreement reports."""
-    from autostream.capture import capture_graphs
     from autostream.cost.from_profile import coverage, report, table_from_profile
-    from autostream.modelspec import load_model_spec
+    from autostream.fx.capture import capture_graphs
+    from autostream.models.modelspec import load_model_spec
 
     given = [flag for flag, on in (("--runs", args.runs != 1), ("--threads", args.threads),
                                    ("--isolated", args.isolated), ("--collectives", args.collectives))

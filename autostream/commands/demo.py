@@ -83,7 +83,7 @@ class CpuRun:
 
 
 def _available_solvers() -> tuple[list[str], list[str]]:
-    from autostream.solvers import get_solver
+    from autostream.scheduling.solvers import get_solver
 
     ok, missing = [], []
     for name in DEMO_SOLVERS:
@@ -100,10 +100,10 @@ def _available_solvers() -> tuple[list[str], list[str]]:
 def _plan_for_device(table: str, device: str, args: argparse.Namespace,
                      solvers: list[str]) -> DevicePlan | None:
     """Plan the MoE layer with every solver on ``table``; print and draw; the best plan."""
+    from autostream.models.zoo import moe_model
     from autostream.report.compare import plan_solvers, write_reports
     from autostream.report.sources import problem_from_model
     from autostream.report.table import markdown_table
-    from autostream.zoo import moe_model
 
     model, inputs = moe_model()
     try:
@@ -212,12 +212,12 @@ def _measured_trace(model: Any, inputs: tuple[Any, ...], args: argparse.Namespac
     with the predicted and the measured timelines."""
     import torch
 
-    from autostream.budget import format_bytes
-    from autostream.capture import capture
+    from autostream.fx.capture import capture
+    from autostream.memory.budget import format_bytes
     from autostream.passes import AutoStreamPass
     from autostream.report import write_trace
     from autostream.runtime import ThreadsRunner
-    from autostream.timeline import Timeline
+    from autostream.scheduling.timeline import Timeline
 
     [captured] = capture(model, inputs)
     report = AutoStreamPass(max_streams=args.streams, solver=args.solver,
@@ -239,7 +239,7 @@ def _measured_trace(model: Any, inputs: tuple[Any, ...], args: argparse.Namespac
 
 
 def _measure_on_cpu(args: argparse.Namespace) -> CpuRun | None:
-    from autostream.zoo import two_branch_gemv
+    from autostream.models.zoo import two_branch_gemv
 
     if not hasattr(importlib.import_module("autostream.runtime"), "make_runner"):
         _say("measured: skipped, the CPU threads runtime (autostream.runtime.make_runner) is "
@@ -285,9 +285,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--streams must be >= 1, got {args.streams}")
     t_start = time.perf_counter()
     try:
-        importlib.import_module("autostream.zoo").moe_model  # noqa: B018
+        importlib.import_module("autostream.models.zoo").moe_model  # noqa: B018
     except (ImportError, AttributeError) as exc:
-        _say(f"demo unavailable: the model zoo (autostream.zoo.moe_model) is missing ({exc})")
+        _say(f"demo unavailable: the model zoo (autostream.models.zoo.moe_model) is missing ({exc})")
         return 0
     solvers, missing = _available_solvers()
     _say("autostream demo\n\n1. Planned for accelerators: an MoE layer (a shared expert beside "

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autostream.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget, format_bytes
+from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget, format_bytes
 from autostream.stages import Stopwatch
 
 if TYPE_CHECKING:
-    from autostream.schedule import Schedule
+    from autostream.scheduling.schedule import Schedule
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,8 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def plan_stg(path: str, streams: int, solver: str, time_limit: float | None) -> dict[str, Any]:
     """Plan an ``.stg`` file; the same figures as ``Plan.summary()`` for a model."""
-    from autostream.solvers import solve
-    from autostream.stg import read_stg
+    from autostream.models.stg import read_stg
+    from autostream.scheduling.solvers import solve
 
     if not Path(path).is_file():
         raise FileNotFoundError(f"STG file {path} does not exist")
@@ -83,7 +83,7 @@ def plan_stg(path: str, streams: int, solver: str, time_limit: float | None) -> 
 
 def _syncs(graph, schedule) -> list:
     try:
-        from autostream.sync import compute_syncs
+        from autostream.scheduling.sync import compute_syncs
     except ImportError:
         return _reduced_cross_edges(graph, schedule)
     return list(compute_syncs(graph, schedule))
@@ -91,7 +91,7 @@ def _syncs(graph, schedule) -> list:
 
 def _reduced_cross_edges(graph, schedule) -> list:
     """Fallback sync count: cross-stream edges of the transitive reduction."""
-    from autostream.solvers._graphs import transitive_reduction_edges
+    from autostream.scheduling.solvers._graphs import transitive_reduction_edges
 
     order = list(schedule.order)
     return [(u, v) for u, v in transitive_reduction_edges(graph, order)
@@ -116,7 +116,7 @@ def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
               max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE,
               core_budgets: bool = False) -> dict[str, Any]:
     """Plan a ``.stg`` file or a model spec and return the summary figures."""
-    from autostream.solvers import check_solver_name
+    from autostream.scheduling.solvers import check_solver_name
 
     MemoryBudget.parse(max_memory_increase, option="--max-memory-increase")
     if streams < 1:
@@ -129,7 +129,7 @@ def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
             raise ValueError("--core-budgets needs a model (its ops' device shares); a .stg "
                              "graph has none: drop --core-budgets")
         return plan_stg(spec, streams, solver, time_limit)
-    from autostream.modelspec import load_model_spec
+    from autostream.models.modelspec import load_model_spec
 
     model, inputs = load_model_spec(spec)
     return plan_captured(model, inputs, streams, solver, cost_table, time_limit,
@@ -142,7 +142,7 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
                   core_budgets: bool = False) -> dict[str, Any]:
     """Capture the model's largest graph, run the pass on it (plan, rewrite, verify) and
     return the summary figures; ``pass_seconds`` is all of it but the capture."""
-    from autostream.capture import capture_graphs
+    from autostream.fx.capture import capture_graphs
     from autostream.passes import AutoStreamPass
 
     graphs = capture_graphs(model, tuple(inputs))
@@ -166,8 +166,8 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
 def budget_summary(plan: Any, cost_table: str | None) -> dict[str, Any]:
     """The side-stream core budgets of ``plan`` and the ``limit_core_num`` scope keys each
     side stream's scope gets."""
-    from autostream.core_budgets import scope_keys
-    from autostream.planning import load_cost_model
+    from autostream.planning.plan import load_cost_model
+    from autostream.scheduling.core_budgets import scope_keys
 
     cores = getattr(getattr(load_cost_model(cost_table), "profile", None), "cores", {})
     return {"budgets": {str(k): v for k, v in plan.core_budgets.items()},

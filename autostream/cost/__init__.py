@@ -1,5 +1,7 @@
 """Op costs for the planner: signatures, cost tables, lookup and calibration.
 
+May import: comm, stages.
+
 >>> cm = TableCostModel.load("h200")
 >>> cm.profile.origin
 'spec'

@@ -1,5 +1,7 @@
 """Dialects: the FX ops a rewritten graph uses for streams and syncs.
 
+May import: fx, scheduling.
+
 The only dialect is TorchAir's (``torch.ops.air.*``): on Ascend the real TorchAir
 ops lower it to GE / ACL graphs; elsewhere autostream defines stand-ins with the
 same schemas and its runtimes interpret them.

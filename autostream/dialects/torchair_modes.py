@@ -25,7 +25,7 @@ from typing import Any
 import networkx as nx
 import torch
 
-from autostream.schedule import Schedule
+from autostream.scheduling.schedule import Schedule
 
 GE_MODE = "max-autotune"
 ACL_MODES = ("reduce-overhead", "npugraph_ex")
@@ -71,7 +71,7 @@ def _forwards_lazy_view(graph: nx.DiGraph, name: str, stream_of: dict[str, int])
     node = graph.nodes[name].get("fx")
     if node is None or _target(graph, name) in GE_LAZY_VIEWS:
         return False
-    from autostream.graph import is_view_op
+    from autostream.fx.graph import is_view_op
 
     return is_view_op(node) and any(
         stream_of.get(p, 0) == 0 and _target(graph, p) in GE_LAZY_VIEWS
@@ -97,7 +97,7 @@ def ge_anchor(name: str, schedule: Schedule, deps: nx.DiGraph) -> str:
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
-    >>> from autostream.graph import build_op_graph
+    >>> from autostream.fx.graph import build_op_graph
     >>> deps = build_op_graph(make_fx(lambda x: x.exp().t().mm(x).cos())(torch.ones(2, 2)))
     >>> s = Schedule("x", {"exp": 0, "t": 0, "mm": 0, "cos": 1}, tuple(deps), {}, {}, 0, 0)
     >>> ge_anchor("t", s, deps), ge_anchor("exp", s, deps)
@@ -128,13 +128,13 @@ def ge_view_sources(name: str, schedule: Schedule, deps: nx.DiGraph) -> list[str
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
-    >>> from autostream.graph import build_op_graph
+    >>> from autostream.fx.graph import build_op_graph
     >>> deps = build_op_graph(make_fx(lambda x: x.exp().expand(2, 2).cos())(torch.ones(2, 2)))
     >>> s = Schedule("x", {"exp": 1, "expand": 2, "cos": 0}, tuple(deps), {}, {}, 0, 0)
     >>> ge_view_sources("expand", s, deps), ge_view_sources("exp", s, deps)
     (['exp'], [])
     """
-    from autostream.graph import is_view_op
+    from autostream.fx.graph import is_view_op
 
     out: list[str] = []
     todo, seen = [name], {name}
@@ -168,7 +168,7 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
     >>> ge_safe_schedule(s, g).stream_of
     {'a': 0, 'b': 0, 'c': 0}
     """
-    from autostream.graph import is_view_op
+    from autostream.fx.graph import is_view_op
 
     stream_of = dict(schedule.stream_of)
     order = list(schedule.order)
@@ -223,7 +223,7 @@ def _task_first(graph: nx.DiGraph, name: str) -> bool:
     tensor.  A scalar or list argument (``0.25``, a ``dim``, ``addmm``'s ``alpha``) makes
     converters emit a ``Const`` first, and a wait's control edges go onto ``ops[0]``
     (``_ge_concrete_graph/fx2ge_converter.py:2118-2131``)."""
-    from autostream.graph import is_view_op
+    from autostream.fx.graph import is_view_op
 
     node = graph.nodes[name].get("fx") if name in graph else None
     if node is None or node.op != "call_function" or _is_factory(graph, name) \
@@ -251,7 +251,7 @@ def ge_wait_targets(syncs: Any, schedule: Schedule, deps: nx.DiGraph) -> list[An
     moved earlier orders more, never less; without such an op after the record the wait
     stays.
     """
-    from autostream.schedule import JOIN, Sync
+    from autostream.scheduling.schedule import JOIN, Sync
 
     position = {n: i for i, n in enumerate(schedule.order)}
     out: list[Any] = []
@@ -274,7 +274,7 @@ def ge_safe_plan(plan: Any) -> Any:
     """``plan`` (a ``planning.Plan`` on several streams) with :func:`ge_safe_schedule`'s
     schedule, its syncs recomputed (the plan's memory-order edges kept) and its predicted
     time moved by the simulated change of the makespan."""
-    from autostream.simulate import simulate_plan
+    from autostream.scheduling.simulate import simulate_plan
 
     deps = nx.DiGraph(plan.op_graph)
     if plan.memory is not None:
@@ -307,15 +307,15 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
-    >>> from autostream.graph import build_op_graph
-    >>> from autostream.schedule import Sync
+    >>> from autostream.fx.graph import build_op_graph
+    >>> from autostream.scheduling.schedule import Sync
     >>> deps = build_op_graph(make_fx(lambda x: x.exp().mul(2).cos())(torch.ones(2)))
     >>> s = Schedule("x", {"exp": 1, "mul": 0, "cos": 0}, tuple(deps), {}, {}, 0, 0)
     >>> _stuck_wait([Sync("exp", "mul")], s, deps)
     ('mul', 1)
     """
-    from autostream.graph import is_view_op
-    from autostream.schedule import JOIN
+    from autostream.fx.graph import is_view_op
+    from autostream.scheduling.schedule import JOIN
 
     launched = [n for n in schedule.order if schedule.stream_of[n] >= 0]
     for sync in syncs:
@@ -339,8 +339,8 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
 def _ge_syncs(schedule: Schedule, deps: nx.DiGraph) -> tuple[Any, ...]:
     """The syncs of ``schedule`` for GE: anchored records (:func:`ge_anchor`), the producers
     behind view ops (:func:`ge_view_sources`) and waits on tasks (:func:`ge_wait_targets`)."""
-    from autostream.schedule import JOIN, Sync
-    from autostream.sync import compute_syncs
+    from autostream.scheduling.schedule import JOIN, Sync
+    from autostream.scheduling.sync import compute_syncs
 
     position = {n: i for i, n in enumerate(schedule.order)}
     position[JOIN] = len(position)
@@ -373,7 +373,7 @@ def acl_reinplace_hazards(gm: Any, op_graph: nx.DiGraph) -> list[tuple[str, str]
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
-    >>> from autostream.graph import build_op_graph
+    >>> from autostream.fx.graph import build_op_graph
     >>> def f(x):
     ...     y = x.exp(); v = y.view(-1); return v.sum(), y.mul(2)
     >>> gm = make_fx(f)(torch.ones(2, 2))
@@ -384,7 +384,7 @@ def acl_reinplace_hazards(gm: Any, op_graph: nx.DiGraph) -> list[tuple[str, str]
 
     import torch
 
-    from autostream.graph import is_meta_only, is_view_op
+    from autostream.fx.graph import is_meta_only, is_view_op
 
     roots: dict[Any, Any] = {}
     readers: dict[Any, list[Any]] = {}

@@ -1,10 +1,12 @@
 """Reports on plans: Gantt PNG, Perfetto/Chrome trace, DOT dump, solver comparison table.
 
+May import: memory, models, planning, scheduling.
+
 Every report is a function of plain data (``SchedulingProblem``, ``Schedule``,
 ``list[Sync]``, optionally a ``Timeline``):
 
 >>> import networkx as nx
->>> from autostream.problem import SchedulingProblem
+>>> from autostream.scheduling.problem import SchedulingProblem
 >>> g = nx.DiGraph([("a", "b"), ("a", "c")]); nx.set_node_attributes(g, 1.0, "duration")
 >>> results = plan_solvers(SchedulingProblem(g, streams=2), ["single", "heft"])
 >>> print(markdown_table(results).splitlines()[3][:40])

@@ -14,17 +14,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from autostream.memory import GraphMemory, allocation_timeline, predict_memory
-from autostream.problem import SchedulingProblem
+from autostream.memory.predict import GraphMemory, allocation_timeline, predict_memory
 from autostream.report.dot import write_graph
 from autostream.report.gantt import gantt_png
 from autostream.report.table import SolverResult, markdown_table
 from autostream.report.trace import write_trace
-from autostream.schedule import Schedule, Sync
-from autostream.simulate import simulate_plan
-from autostream.solvers import check_solver_name, get_solver, solver_options
-from autostream.sync import compute_syncs
-from autostream.timeline import Timeline
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.schedule import Schedule, Sync
+from autostream.scheduling.simulate import simulate_plan
+from autostream.scheduling.solvers import check_solver_name, get_solver, solver_options
+from autostream.scheduling.sync import compute_syncs
+from autostream.scheduling.timeline import Timeline
 
 
 def parse_solvers(text: str) -> list[str]:
@@ -40,7 +40,7 @@ def parse_solvers(text: str) -> list[str]:
 
 
 def syncs_for(problem: SchedulingProblem, schedule: Schedule) -> tuple[Sync, ...]:
-    """The minimal syncs of ``schedule`` (``autostream.sync.compute_syncs``)."""
+    """The minimal syncs of ``schedule`` (``autostream.scheduling.sync.compute_syncs``)."""
     return tuple(compute_syncs(problem.graph, schedule))
 
 
@@ -54,7 +54,7 @@ def plan_solvers(
 ) -> list[SolverResult]:
     """Run each solver on ``problem``; a failure becomes a row with ``error`` set.
 
-    Every plan is replayed with :func:`autostream.simulate.simulate_plan` and its
+    Every plan is replayed with :func:`autostream.scheduling.simulate.simulate_plan` and its
     syncs; a replayed makespan that differs from the planner's is noted.  With
     ``launch_overhead_us > 0`` the replay with that host launch cost per op is kept in
     ``SolverResult.overhead_makespan`` (the table then shows it).  With ``memory``

@@ -14,9 +14,9 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from autostream.problem import SchedulingProblem
 from autostream.report.kinds import kind_colours, op_kinds, stream_name
-from autostream.schedule import JOIN, Schedule, Sync
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.schedule import JOIN, Schedule, Sync
 
 
 def _q(name: object) -> str:
@@ -40,8 +40,8 @@ def graph_dot(
     """The plan as DOT text: one cluster per stream, one dashed edge per sync.
 
     >>> import networkx as nx
-    >>> from autostream.schedule import Sync
-    >>> from autostream.solvers.base import schedule_from_assignment
+    >>> from autostream.scheduling.schedule import Sync
+    >>> from autostream.scheduling.solvers.base import schedule_from_assignment
     >>> g = nx.DiGraph([("a", "b")]); nx.set_node_attributes(g, 1.0, "duration")
     >>> p = SchedulingProblem(g, streams=2)
     >>> s = schedule_from_assignment(p, {"a": 0, "b": 1}, "demo")

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from autostream.budget import format_bytes
-from autostream.memory import MemoryProfile
-from autostream.problem import SchedulingProblem
+from autostream.memory.budget import format_bytes
+from autostream.memory.predict import MemoryProfile
 from autostream.report.kinds import kind_colours, op_kinds, stream_name
-from autostream.schedule import JOIN, Schedule, Sync
-from autostream.timeline import Timeline
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.schedule import JOIN, Schedule, Sync
+from autostream.scheduling.timeline import Timeline
 
 #: Ops are labelled with their name only when the chart has at most this many.
 _LABEL_LIMIT = 60
@@ -139,7 +139,7 @@ def gantt_png(
     """Write the Gantt chart of ``schedule`` to ``path`` (PNG) and return the path.
 
     >>> import networkx as nx, tempfile, os
-    >>> from autostream.solvers import solve
+    >>> from autostream.scheduling.solvers import solve
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")]); nx.set_node_attributes(g, 1.0, "duration")
     >>> p = SchedulingProblem(g, streams=2)
     >>> out = gantt_png(os.path.join(tempfile.mkdtemp(), "g.png"), p, solve(p, "heft"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 
-from autostream.problem import SchedulingProblem
+from autostream.scheduling.problem import SchedulingProblem
 
 #: Kind used when a node has neither ``kind`` nor ``target``.
 DEFAULT_KIND = "op"

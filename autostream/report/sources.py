@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autostream.memory import GraphMemory
-from autostream.modelspec import load_model_spec
-from autostream.planning import plan_model
-from autostream.problem import SchedulingProblem
-from autostream.stg import read_stg
+from autostream.memory.predict import GraphMemory
+from autostream.models.modelspec import load_model_spec
+from autostream.models.stg import read_stg
+from autostream.planning.plan import plan_model
+from autostream.scheduling.problem import SchedulingProblem
 
 
 @dataclass(frozen=True)

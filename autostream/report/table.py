@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from autostream.budget import format_bytes
-from autostream.memory import MemoryProfile
-from autostream.schedule import Schedule, Sync
+from autostream.memory.budget import format_bytes
+from autostream.memory.predict import MemoryProfile
+from autostream.scheduling.schedule import Schedule, Sync
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def markdown_table(
     when any has ``memory``, a column shows its predicted peak (and its rise over
     the ``single`` solver's).
 
-    >>> from autostream.schedule import Schedule
+    >>> from autostream.scheduling.schedule import Schedule
     >>> s = Schedule("single", {"a": 0}, ("a",), {"a": 0.0}, {"a": 4.0}, 4.0, 2.0)
     >>> print(markdown_table([SolverResult("single", s, (), 0.01)]))
     | solver | streams used | syncs | predicted makespan (us) | lower bound (us) | gap | speed-up | plan time (s) |

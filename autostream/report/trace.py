@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from autostream.problem import SchedulingProblem
 from autostream.report.kinds import op_kinds, stream_name
-from autostream.schedule import JOIN, Schedule, Sync
-from autostream.timeline import Timeline
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.schedule import JOIN, Schedule, Sync
+from autostream.scheduling.timeline import Timeline
 
 PREDICTED_PID = 1
 MEASURED_PID = 2
@@ -78,7 +78,7 @@ def chrome_trace(
     """The trace of the predicted timeline (and of ``measured`` when given) as a dict.
 
     >>> import networkx as nx
-    >>> from autostream.solvers import solve
+    >>> from autostream.scheduling.solvers import solve
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")]); nx.set_node_attributes(g, 1.0, "duration")
     >>> p = SchedulingProblem(g, streams=2)
     >>> t = chrome_trace(p, solve(p, "heft"))

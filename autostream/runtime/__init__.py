@@ -1,4 +1,7 @@
-"""Runtimes executing rewritten graphs: ``sequential``, ``threads`` (CPU), ``streams`` (accelerators)."""
+"""Runtimes executing rewritten graphs: ``sequential``, ``threads`` (CPU), ``streams`` (accelerators).
+
+May import: comm, cost, dialects, fx, memory.
+"""
 
 from autostream.runtime.program import (
     ProgramError,

@@ -3,7 +3,7 @@
 A runtime supplies :class:`Hooks`, one method per kind of step: ``op``, ``record``,
 ``wait``, ``segment`` (a run of ops the threads runtime runs as one function:
 :mod:`autostream.runtime.segments`) and ``release``, called after a step with the values
-it frees (``Step.release``, :mod:`autostream.lifetimes`).  What differs between runtimes
+it frees (``Step.release``, :mod:`autostream.memory.lifetimes`).  What differs between runtimes
 (events, device streams, worker threads, the sanitizer, spans, memory accounting) lives
 in their hooks; the order of the calls is decided here only.
 

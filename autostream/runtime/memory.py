@@ -11,7 +11,7 @@ Opt-in (``record_memory=True`` on a runner), nothing is counted otherwise.
   began, plus the inputs: every allocation made during the call, workspaces included.
 
 Both give a :class:`MeasuredMemory`, comparable to
-:class:`autostream.memory.MemoryProfile.peak_bytes`.
+:class:`autostream.memory.predict.MemoryProfile.peak_bytes`.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from autostream.dialects.torchair import (
     stream_index,
     stream_label,
 )
-from autostream.lifetimes import LaunchStep, alias_groups, release_points
+from autostream.memory.lifetimes import LaunchStep, alias_groups, release_points
 
 StepKind = Literal["op", "record", "wait"]
 
@@ -41,7 +41,7 @@ class Step:
     ``"wait"``: block until every token in ``tokens`` is published.  ``release``
     lists values the runtime drops after the step: after an op, values last read
     there; after a wait, storages other streams read, once every read
-    happens-before it (:mod:`autostream.lifetimes`).
+    happens-before it (:mod:`autostream.memory.lifetimes`).
     """
 
     kind: StepKind
@@ -58,7 +58,7 @@ class StreamProgram:
     ``steps`` is the linear (launch) order of all steps; ``streams[k]`` the steps of
     stream ``k`` in order (stream 0 always present).  ``held`` are the values
     produced on one stream and used on another: a runtime keeps them alive until
-    their stream has waited for every read (:mod:`autostream.lifetimes`), at the
+    their stream has waited for every read (:mod:`autostream.memory.lifetimes`), at the
     latest until every side stream has been joined back.
     """
 
@@ -237,7 +237,7 @@ class _Scan:
 def _lifetimes(raw, inputs: Iterable[torch.fx.Node], output: torch.fx.Node,
                stream_of: dict[torch.fx.Node, int]):
     """Values used across streams (``held``) and, per step, what it may release
-    (:func:`autostream.lifetimes.release_points`)."""
+    (:func:`autostream.memory.lifetimes.release_points`)."""
     inputs = list(inputs)
     ops = [n for kind, n, _, _ in raw if kind == "op"]
     returned = set(output.all_input_nodes)

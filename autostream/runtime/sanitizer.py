@@ -12,7 +12,7 @@ Two checks run before every op (and before the graph's output):
   timing, like ThreadSanitizer.
 
 Each side stream also checks, before its first op, that it runs under the caller's
-thread-local state (:class:`~autostream.thread_state.ThreadState`: grad, inference and
+thread-local state (:class:`~autostream.fx.thread_state.ThreadState`: grad, inference and
 autocast modes).
 
 A correct plan never trips these checks: every cross-stream read is preceded by a
@@ -30,8 +30,8 @@ from typing import Literal
 
 import torch.fx
 
+from autostream.fx.thread_state import ThreadState
 from autostream.runtime.program import StreamProgram
-from autostream.thread_state import ThreadState
 
 SANITIZE_ENV = "AUTOSTREAM_SANITIZE"
 

@@ -11,7 +11,7 @@ Cross-stream memory safety: the caching allocator only knows the stream a block
 was allocated on, and reuses a freed block on that stream without any sync.  A
 storage another stream reads is therefore kept referenced until its allocating
 stream has waited for every read (``Step.release`` on a wait step, at the latest
-the final join: :mod:`autostream.lifetimes`), so its block cannot be handed to a new
+the final join: :mod:`autostream.memory.lifetimes`), so its block cannot be handed to a new
 allocation while another stream may still read it.  Values used only on their own
 stream are dropped after their last use (stream-ordered reuse is safe there).
 ``record_stream`` was not chosen: it makes block reuse depend on event polling

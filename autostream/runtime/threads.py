@@ -16,7 +16,7 @@ GIL the other stream waits for; ``segments=False`` runs every op through the
 interpreter loop).
 
 Thread-local state: each worker runs a call under the caller's grad, inference and
-autocast modes (:class:`~autostream.thread_state.ThreadState`); a state that cannot be
+autocast modes (:class:`~autostream.fx.thread_state.ThreadState`); a state that cannot be
 carried to a worker (an active ``TorchDispatchMode``, say) runs the call on the calling
 thread in program order instead, with a warning saying why.
 
@@ -57,6 +57,7 @@ import torch.fx
 
 from autostream.comm import comm_op
 from autostream.dialects.torchair import stream_label
+from autostream.fx.thread_state import ThreadState
 from autostream.runtime.execute import Env, bind_inputs, collect_outputs, run_op
 from autostream.runtime.interpret import interpret
 from autostream.runtime.memory import LiveBytes, MeasuredMemory
@@ -69,7 +70,6 @@ from autostream.runtime.sanitizer import (
 )
 from autostream.runtime.segments import Segment, SegmentRunner, split_segments
 from autostream.runtime.sequential import SequentialRunner
-from autostream.thread_state import ThreadState
 
 log = logging.getLogger("autostream")
 
