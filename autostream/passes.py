@@ -44,7 +44,7 @@ from autostream.dialects.torchair_modes import (
 from autostream.dialects.verify import verify_rewrite
 from autostream.fx.graph import target_name
 from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
-from autostream.planning.plan import Plan, PlanOptions, plan_graph
+from autostream.planning.plan import MIN_RELATIVE_GAIN, Plan, PlanOptions, plan_graph
 from autostream.scheduling.core_budgets import check_cores, scope_keys
 from autostream.stages import StageTimes, Stopwatch, collector_paused
 from autostream.version import __version__
@@ -341,6 +341,11 @@ class AutoStreamPass(CustomGraphPass):
                 plan = ge_safe_plan(plan)
         except Exception as exc:  # the pass must never break compilation
             return _failed(nodes, Outcome.PLANNING_FAILED, exc)
+        if mode == GE_MODE and plan.changes_graph and not plan.predicted_us < (
+                plan.single_stream_us * (1 - MIN_RELATIVE_GAIN)):  # GE's rules cost the gain
+            return PassReport(nodes, Outcome.NO_PARALLELISM, (
+                f"left unchanged: the plan placed for {mode} ({plan.predicted_us:.1f} us) "
+                f"is not faster than one stream ({plan.single_stream_us:.1f} us)"), plan)
         if plan.op_graph.number_of_nodes() == 0:
             return PassReport(nodes, Outcome.NO_OPS,
                               "left unchanged: the graph has no ops to schedule", plan)

@@ -270,3 +270,22 @@ def test_ge_main_stream_lazy_view_of_a_side_result_runs_on_that_side_stream():
     assert list(deps.nodes) == ["exp", "view", "unsqueeze", "cos"]
     safe = ge_safe_schedule(_schedule({"exp": 1, "view": 0, "unsqueeze": 0, "cos": 0}), deps)
     assert safe.stream_of["view"] == 1 and safe.stream_of["unsqueeze"] == 0
+
+
+def test_ge_mode_keeps_the_graph_when_its_placement_costs_the_gain():
+    """Inception at 2 streams on the h200 table: the views and waits GE needs moved make the
+    plan slower than one stream, so the graph stays as it was (the CUDA plan is applied)."""
+    model, inputs = zoo.inception_block()
+    results = {}
+    for mode in (None, "max-autotune"):
+        [gm] = capture_graphs(model, inputs)
+        before = str(gm.graph)
+        autostream_pass = AutoStreamPass(max_streams=2, cost_table="h200")
+        autostream_pass(gm, inputs, Config(mode) if mode else None)
+        results[mode] = autostream_pass.last_report, str(gm.graph) == before
+    cuda, ge = results[None], results["max-autotune"]
+    assert cuda[0].applied and not cuda[1]
+    report, unchanged = ge
+    assert not report.applied and unchanged
+    assert report.plan.predicted_us >= report.plan.single_stream_us * 0.99
+    assert "not faster than one stream" in report.reason
