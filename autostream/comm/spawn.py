@@ -26,7 +26,6 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-
 #: the address every rank's store client and process group use
 HOST = "127.0.0.1"
 
