@@ -287,6 +287,26 @@ def test_run_ranks_reports_a_rank_that_raises():
         run_ranks(_raises, world_size=2, timeout_s=60.0)
 
 
+def _rank_of(rank: int, world: int) -> int:
+    return rank
+
+
+@pytest.mark.slow
+def test_run_ranks_does_not_rely_on_a_port_staying_free(monkeypatch):
+    """A port found free and released (``free_port``) is taken by another process before
+    rank 0 binds it, as on a loaded machine running other suites: the former run failed
+    (rank 0: ``EADDRINUSE``, rank 1 waiting for a store that never came)."""
+    import socket
+
+    from autostream.comm import spawn
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setattr(spawn, "free_port", lambda: taken.getsockname()[1])
+        assert run_ranks(_rank_of, world_size=2, timeout_s=60.0) == [0, 1]
+
+
 @pytest.mark.slow
 def test_the_experiments_calibrated_table_is_one_table_for_every_rank(outcomes):
     rank0, rank1 = outcomes["calibrated"]

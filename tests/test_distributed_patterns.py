@@ -11,8 +11,16 @@ until the run's bound (seen on 2 ranks).
 from __future__ import annotations
 
 import pytest
+import torch
 
-from experiments.distributed_patterns import failures, run_pattern
+from experiments.distributed_patterns import (
+    ROUNDING,
+    Branches,
+    _inputs,
+    _same,
+    failures,
+    run_pattern,
+)
 
 CALLS = 12
 SLOW_S, LIMIT_S = 3.0, 1.0
@@ -50,3 +58,40 @@ def test_a_rank_that_dies_gives_the_others_a_clear_error_in_time(world):
     survivors = [e for e in row.errors if e != "raised on purpose"]
     assert survivors and all("Connection closed by peer" in e or "Connection reset" in e
                              for e in survivors), survivors
+
+
+def _branches_by_hand(step: int, gram_of_rank_1_at: int | None = None) -> torch.Tensor:
+    """Rank 0's output of ``Branches`` on 2 ranks, the all-reduce summed here; rank 1's
+    Gram matrix from call ``gram_of_rank_1_at`` (default ``step``; -1: not added)."""
+    model = Branches(seed=1)
+
+    def chains(x):
+        h = v = x
+        for w in model.a:
+            h = torch.tanh(h @ w)
+        for w in model.b:
+            v = torch.tanh(v @ w)
+        return v, h.t() @ h / h.shape[0]
+
+    with torch.no_grad():
+        v, gram = chains(_inputs(0, step))
+        at = step if gram_of_rank_1_at is None else gram_of_rank_1_at
+        if at >= 0:
+            gram = gram + chains(_inputs(1, at))[1]
+        return v @ gram
+
+
+def test_a_call_counts_wrong_for_a_wrong_value_not_for_rounding():
+    """The deviation seen once on a first call (4.4e-5 on outputs of scale 1.5, both ranks)
+    is rounding: ``allclose(rtol=1e-5, atol=1e-6)`` counted it wrong at its small
+    elements; an all-reduce not summed, or summed with another call's, stays wrong."""
+    want = _branches_by_hand(0)
+    small = want.abs().argmin()
+    rounded = want.clone()
+    rounded.view(-1)[small] += 4.4e-5
+    assert not torch.allclose(rounded, want, rtol=1e-5, atol=1e-6)  # the former test
+    assert _same(rounded, want)
+    assert not _same(_branches_by_hand(0, gram_of_rank_1_at=-1), want)
+    assert not _same(_branches_by_hand(0, gram_of_rank_1_at=1), want)
+    assert not _same(want.double(), want) and not _same(want[:4], want)
+    assert ROUNDING < 1e-4

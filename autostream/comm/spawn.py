@@ -1,7 +1,12 @@
 """Run a function on N real ranks (``torch.multiprocessing`` spawn), bounded in time.
 
-Each rank joins a fresh process group (a free TCP port per run) on the given
-backend, runs ``fn(rank, world_size, *args)`` and sends back its result.  A run
+Each rank joins a fresh process group on the given backend, runs
+``fn(rank, world_size, *args)`` and sends back its result.  The group's TCP store is
+served by the calling process on a port the system picks and that stays bound for the
+whole run: the ranks connect to it as clients.  (A port found free and released, for
+rank 0 to bind seconds later once torch is imported, can be taken meanwhile by any
+process on the machine: rank 0 then failed with ``EADDRINUSE`` and the other ranks
+waited for a store that never came, or joined another run's.)  A run
 that does not finish within ``timeout_s`` (a hang: collectives issued in different
 orders on NCCL/HCCL, or a deadlock) is killed and reported as :class:`RanksFailed`,
 as is a rank that raises (its traceback is in the message) or dies: a rank killed
@@ -21,6 +26,9 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+#: the address every rank's store client and process group use
+HOST = "127.0.0.1"
+
 
 class RanksFailed(RuntimeError):
     """A multi-process run that raised, died or did not finish in time."""
@@ -31,6 +39,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def serve_store(world_size: int, timeout_s: float | None = None) -> Any:
+    """A c10d ``TCPStore`` served by this process on a port the system picks (its
+    ``port``), for ``world_size`` ranks that connect as clients.
+
+    >>> store = serve_store(2)
+    >>> store.set("k", "v"); store.get("k"), store.port > 0
+    (b'v', True)
+    """
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=timeout_s) if timeout_s is not None else (
+        dist.constants.default_pg_timeout)
+    return dist.TCPStore(HOST, 0, world_size, is_master=True, wait_for_workers=False,
+                         timeout=timeout)
 
 
 def _rank_main(rank: int, world_size: int, port: int, backend: str, threads: int,
@@ -47,11 +73,15 @@ def _rank_main(rank: int, world_size: int, port: int, backend: str, threads: int
     faulthandler.enable(file=fault_file, all_threads=True)
     # a rank still running just before the parent kills it prints where it is stuck
     faulthandler.dump_traceback_later(max(timeout_s - 5.0, 1.0), exit=False)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR=HOST, MASTER_PORT=str(port))
     try:
         torch.set_num_threads(threads)
         timeout = None if pg_timeout_s is None else timedelta(seconds=pg_timeout_s)
-        dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=timeout)
+        # a client of the caller's store (``serve_store``), whose port is bound all along
+        store = dist.TCPStore(HOST, port, world_size, is_master=False,
+                              timeout=timeout or dist.constants.default_pg_timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                timeout=timeout)
         try:
             results.put((rank, True, fn(rank, world_size, *args)))
         finally:
@@ -75,7 +105,8 @@ def run_ranks(fn: Callable[..., Any], world_size: int = 2, args: Sequence[Any] =
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = free_port()
+    store = serve_store(world_size, pg_timeout_s)  # bound until the run is over
+    port = store.port
     got: dict[int, Any] = {}
     errors: list[str] = []
     with tempfile.TemporaryDirectory(prefix="autostream-ranks-") as faults:
@@ -93,6 +124,7 @@ def run_ranks(fn: Callable[..., Any], world_size: int = 2, args: Sequence[Any] =
                 if p.is_alive():
                     p.kill()
                 p.join(5.0)
+    del store  # the ranks are gone: stop serving
     if errors:
         raise RanksFailed("\n".join(errors))
     return [got[r] for r in range(world_size)]
