@@ -35,7 +35,7 @@ from autostream.cost.calibrate import (
 from autostream.cost.profile import GENERIC_CPU, DeviceProfile
 from autostream.cost.table import CostTable
 from autostream.cost.timing import available_device, make_timer
-from autostream.fx.capture import capture_graphs
+from autostream.fx.capture import capture
 from autostream.runtime.overhead import runtime_costs
 
 __all__ = ["calibrate_graphs", "calibrate_model", "to_device"]
@@ -53,13 +53,16 @@ def to_device(v: Any, device: torch.device) -> Any:
 def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch.device = "cpu",
                      warmup: int = 5, repeat: int = 30, measure_device: bool = True,
                      progress: bool = True, models: Sequence[str] = (),
-                     threads: int | None = None, in_graph: bool = True) -> CostTable:
+                     threads: int | None = None, in_graph: bool = True,
+                     graph_args: Sequence[Sequence[Any] | None] = ()) -> CostTable:
     """A :class:`CostTable` for the op signatures of ``graphs`` measured on ``device``.
 
     ``threads`` sets torch's intra-op thread count while measuring (CPU); the table
     records it.  On a loaded machine one thread gives far steadier numbers.
     ``in_graph`` replaces each entry's time by its time inside its graph (see
     :mod:`autostream.cost.incontext`); the isolated time stays in ``isolated_us``.
+    ``graph_args`` holds each graph's real arguments (``None``: random inputs), which the
+    in-graph timing runs on: some ops' times depend on their data.
     """
     if threads is not None:
         if threads < 1:
@@ -68,7 +71,7 @@ def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch
         torch.set_num_threads(threads)
         try:
             return calibrate_graphs(graphs, device, warmup, repeat, measure_device, progress,
-                                    models, None, in_graph)
+                                    models, None, in_graph, graph_args)
         finally:
             torch.set_num_threads(before)
     dev = device if isinstance(device, torch.device) else available_device(device)
@@ -78,7 +81,7 @@ def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch
     entries, skipped = calibrate_ops(cases, dev, timer, warmup, repeat, progress)
     notes: list[str] = []
     if in_graph:
-        pooled, notes = graph_op_times(graphs, dev, warmup, repeat)
+        pooled, notes = graph_op_times(graphs, dev, warmup, repeat, graph_args=graph_args)
         entries = with_graph_times(entries, pooled)
     if measure_device:
         with torch.no_grad():
@@ -113,10 +116,12 @@ def calibrate_model(model: torch.nn.Module, example_inputs: Sequence[Any],
                     measure_device: bool = True, progress: bool = True,
                     models: Sequence[str] = (), threads: int | None = None,
                     in_graph: bool = True) -> CostTable:
-    """Capture ``model``'s post-grad graphs on ``device`` and calibrate their ops."""
+    """Capture ``model``'s post-grad graphs on ``device`` and calibrate their ops, timing
+    them inside their graphs on the model's own data (parameters, buffers, inputs)."""
     dev = device if isinstance(device, torch.device) else available_device(device)
     if dev.type != "cpu" and isinstance(model, torch.nn.Module):
         model = model.to(dev)
-    graphs = capture_graphs(model, to_device(tuple(example_inputs), dev))
-    return calibrate_graphs(graphs, dev, warmup, repeat, measure_device, progress, models,
-                            threads, in_graph)
+    captured = capture(model, to_device(tuple(example_inputs), dev))
+    return calibrate_graphs([c.gm for c in captured], dev, warmup, repeat, measure_device,
+                            progress, models, threads, in_graph,
+                            [c.args or None for c in captured])

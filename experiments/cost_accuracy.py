@@ -65,9 +65,11 @@ def graphs_of(fn: Callable[..., Any], kwargs: dict) -> list[torch.fx.GraphModule
     return capture_graphs(model, inputs)
 
 
-def graph_times(gm: torch.fx.GraphModule, repeat: int) -> list[float]:
-    """Per-call wall times (us) of the captured graph on random inputs, under no_grad."""
-    args = graph_inputs(gm, torch.device("cpu"))
+def graph_times(gm: torch.fx.GraphModule, repeat: int,
+                args: Sequence[Any] | None = None) -> list[float]:
+    """Per-call wall times (us) of the captured graph on ``args`` (default: random inputs),
+    under no_grad."""
+    args = graph_inputs(gm, torch.device("cpu")) if args is None else args
     with torch.no_grad():
         gm(*args)
         times = []

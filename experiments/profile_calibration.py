@@ -7,8 +7,12 @@ and for each zoo model:
 1. one table is measured on the model's graphs, then the graphs are timed (median over
    timing rounds of each one's fastest call), then the other table is measured; which
    table goes first alternates from round to round, so neither is always nearer the
-   timing.  The micro-benchmark table is ``autostream calibrate``'s measurement (each
-   op alone, then in its graph); the profile table is read from a ``torch.profiler``
+   timing.  The graphs are timed on the model's own data (parameters, buffers, example
+   inputs), as the model runs them; an op's time can depend on its data (``masked_fill``
+   under a causal mask, a softmax over masked rows), so the time on random inputs is
+   printed beside it.  The micro-benchmark table is ``autostream calibrate``'s
+   measurement (each op alone, then in its graph on the model's data); the profile
+   table is read from a ``torch.profiler``
    trace (``record_shapes=True``, ``--steps`` calls) of the model compiled with
    ``torch.compile(backend="aot_eager")``, which runs the same ATen graph the planner
    plans (``calibrate --from-profile`` with the model's graph for wrapped numbers).
@@ -44,7 +48,8 @@ from autostream.calibration import calibrate_graphs
 from autostream.cost import CostTable, TableCostModel
 from autostream.cost.calibrate import ROUNDS, robust_time
 from autostream.cost.from_profile import coverage, table_from_profile
-from autostream.fx.capture import capture_graphs
+from autostream.cost.incontext import own_inputs
+from autostream.fx.capture import capture
 from autostream.models import hf_zoo, zoo
 from experiments.cost_accuracy import graph_times, predict_graph, rel_err
 from experiments.headline import Headline, record
@@ -89,6 +94,8 @@ class Round:
     micro_us: float
     profile_us: float
     measured_us: float
+    random_us: float = float("nan")
+    """the graphs' time on random inputs instead of the model's data"""
 
 
 @dataclass(frozen=True)
@@ -174,7 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     cpu = torch.device("cpu")
     work = Path(tempfile.mkdtemp(prefix="profile_calibration_"))
     built = {m: ZOO[m]() for m in args.models}
-    graphs = {m: capture_graphs(model, inputs) for m, (model, inputs) in built.items()}
+    captured = {m: capture(model, inputs) for m, (model, inputs) in built.items()}
+    graphs = {m: [c.gm for c in cs] for m, cs in captured.items()}
+    real_args = {m: [list(c.args) for c in cs] for m, cs in captured.items()}
     rows: list[Round] = []
     tables: dict[str, tuple[CostTable, Any]] = {}
     for k in range(args.rounds):
@@ -183,26 +192,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             where = work / m / str(k)
             where.mkdir(parents=True)
 
-            def micro(gs=gs) -> CostTable:
+            def micro(gs=gs, real=real_args[m]) -> CostTable:
                 # the graph's own ops are all in this table: the device profile would only
                 # price ops missing from it, so it is not measured (it takes longer)
                 return calibrate_graphs(gs, cpu, warmup=5, repeat=args.repeat,
-                                        measure_device=False, progress=False)
+                                        measure_device=False, progress=False,
+                                        graph_args=real)
 
             def prof(model=model, inputs=inputs, gs=gs, where=where) -> Any:
                 return profile_table(model, inputs, gs, args.steps, where)
 
             first, second = (micro, prof) if k % 2 == 0 else (prof, micro)
             a = first()
-            timed = [[graph_times(gm, 3) for gm in gs] for _ in range(ROUNDS)]
-            measured = sum(robust_time([r[i] for r in timed]) for i in range(len(gs)))
+            real = [own_inputs(gm, a, cpu) for gm, a in zip(gs, real_args[m])]
+            timed = [[(graph_times(gm, 3, a), graph_times(gm, 3)) for gm, a in zip(gs, real)]
+                     for _ in range(ROUNDS)]
+            measured = sum(robust_time([r[i][0] for r in timed]) for i in range(len(gs)))
+            on_random = sum(robust_time([r[i][1] for r in timed]) for i in range(len(gs)))
             b = second()
             micro_table, result = (a, b) if k % 2 == 0 else (b, a)
             tables[m] = (micro_table, result)
             rows.append(Round(m, k, sum(predict_graph(TableCostModel(micro_table), gm)[0]
                                         for gm in gs),
                               sum(predict_graph(TableCostModel(result.table), gm)[0]
-                                  for gm in gs), measured))
+                                  for gm in gs), measured, on_random))
     eager = {m: coverage(graphs[m], profile_table(model, inputs, graphs[m], 2, work / m,
                                                   compiled=False).table)
              for m, (model, inputs) in built.items()}
@@ -213,9 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"calls of each compiled model; {torch.get_num_threads()} torch threads; "
           f"{args.rounds} rounds, the two tables measured in turn around each graph's timing\n")
     print("| model | ops covered (compiled profile) | (eager profile) | op median diff "
-          "(profile vs micro, last round) | measured us (median) | micro-bench error (median; "
-          "rounds) | profile error (median; rounds) |")
-    print("|---|---|---|---|---|---|---|")
+          "(profile vs micro, last round) | measured us (median) | on random inputs | micro-bench "
+          "error (median; rounds) | profile error (median; rounds) |")
+    print("|---|---|---|---|---|---|---|---|")
     micro_errs, prof_errs = model_errors(rows, "micro"), model_errors(rows, "profile")
     op_diffs, covers = [], []
     for m, gs in graphs.items():
@@ -227,9 +240,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                  if e.provenance == "profile" and e.key in micro_keys]
         op_diffs += diffs
         meas = statistics.median(r.measured_us for r in rows if r.model == m)
+        rand = statistics.median(r.random_us for r in rows if r.model == m)
         print(f"| {m} | {cover.covered}/{cover.ops} | {eager[m].covered}/{eager[m].ops} | "
               f"{100 * statistics.median(diffs) if diffs else float('nan'):.0f}% "
-              f"({len(diffs)} signatures) | {meas:.0f} | "
+              f"({len(diffs)} signatures) | {meas:.0f} | {rand:.0f} | "
               f"{100 * statistics.median(micro_errs[m]):.0f}% ({spread(micro_errs[m])}) | "
               f"{100 * statistics.median(prof_errs[m]):.0f}% ({spread(prof_errs[m])}) |")
     med_micro, med_prof = summary.micro, summary.profile
@@ -245,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     hf_covers = []
     for name in args.hf:
         model, inputs = hf_zoo.HF_ZOO[name]()
-        gs = capture_graphs(model, inputs)
+        gs = [c.gm for c in capture(model, inputs)]
         (work / name).mkdir()
         result = profile_table(model, inputs, gs, 2, work / name)
         cover = coverage(gs, result.table)

@@ -14,6 +14,7 @@ from autostream.cost import CostTable, TableCostModel
 from autostream.cost.calibrate import OpCase, calibrate_ops, collect_ops
 from autostream.cost.inputs import make_inputs
 from autostream.cost.timing import CpuTimer, available_device
+from autostream.fx.capture import capture_graphs
 from autostream.models.modelspec import load_model_spec
 
 FAST = ["--warmup", "0", "--repeat", "2", "--no-progress"]
@@ -270,3 +271,49 @@ def test_median_table_takes_each_number_from_the_middle_run():
     assert median_table(runs).profile.runtime_call_us == 200.0
     with pytest.raises(ValueError, match="at least one table"):
         median_table([])
+
+
+class MaskedCache(torch.nn.Module):
+    """A causal-masked score and a cache written in place: the in-graph timing must run
+    on the model's own mask and must leave the model's cache as it was."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.register_buffer("mask", torch.ones(n, n, dtype=torch.bool).triu(1))
+        self.register_buffer("cache", torch.zeros(n, n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.cache.add_(x)
+        return x.masked_fill(self.mask, float("-inf")).softmax(-1)
+
+
+def test_calibrate_model_times_graphs_on_the_models_own_data(monkeypatch):
+    import autostream.cost.calibrate as calibrate_mod
+    from autostream.calibration import calibrate_model
+
+    seen: list[list] = []
+
+    class Spy(calibrate_mod.GraphTimer):
+        def __init__(self, gm, device, inputs=None, seed=0):
+            super().__init__(gm, device, inputs, seed)
+            seen.append(list(self.args))
+
+    monkeypatch.setattr(calibrate_mod, "GraphTimer", Spy)
+    model = MaskedCache(6)
+    x = torch.randn(6, 6)
+    cache_before = model.cache.clone()
+    table = calibrate_model(model, (x,), warmup=1, repeat=2, measure_device=False,
+                            progress=False)
+    assert {e.timing for e in table.entries} == {"graph"}
+    [args] = seen
+    masks = [a for a in args if isinstance(a, torch.Tensor) and a.dtype == torch.bool]
+    assert len(masks) == 1 and torch.equal(masks[0], model.mask)  # not a random mask
+    # the capture ran the model once (cache += x); the timing runs did not touch it
+    torch.testing.assert_close(model.cache, cache_before + x, rtol=0, atol=0)
+    # and without the real arguments, the graph runs on random inputs
+    seen.clear()
+    calibrate_graphs(capture_graphs(MaskedCache(6), (x,)), "cpu", warmup=0, repeat=1,
+                     measure_device=False, progress=False)
+    [args] = seen
+    masks = [a for a in args if isinstance(a, torch.Tensor) and a.dtype == torch.bool]
+    assert not torch.equal(masks[0], model.mask)

@@ -79,17 +79,19 @@ def run(args: argparse.Namespace) -> int:
     elif args.merge and args.out.exists():
         existing = CostTable.load(args.out, expect_kind=device.type)
 
-    from autostream.fx.capture import capture_graphs
+    from autostream.fx.capture import capture
 
-    graphs = []
+    captured = []
     for spec in args.model_spec:
         model, inputs = load_model_spec(spec)
         if device.type != "cpu" and hasattr(model, "to"):
             model = model.to(device)
-        graphs += capture_graphs(model, to_device(inputs, device))
+        captured += capture(model, to_device(inputs, device))
+    graphs = [c.gm for c in captured]
     tables = [calibrate_graphs(graphs, device, args.warmup, args.repeat,
                                progress=not args.no_progress, models=args.model_spec,
-                               threads=args.threads, in_graph=not args.isolated)
+                               threads=args.threads, in_graph=not args.isolated,
+                               graph_args=[c.args or None for c in captured])
               for _ in range(args.runs)]
     table = median_table(tables) if args.runs > 1 else tables[0]
     if existing is not None:

@@ -48,7 +48,7 @@ from tqdm import tqdm
 
 from autostream.comm.registry import DEFAULT_REGISTRY, looks_like_communication, qualified_name
 from autostream.cost.free import is_free_target
-from autostream.cost.incontext import GraphTimer
+from autostream.cost.incontext import GraphTimer, own_inputs
 from autostream.cost.inputs import make_inputs
 from autostream.cost.profile import DeviceProfile
 from autostream.cost.signature import OpSignature, dtype_short, node_signature
@@ -251,18 +251,24 @@ def calibrate_ops(cases: Sequence[OpCase], device: torch.device, timer: Any, war
 
 
 def graph_op_times(graphs: Sequence[torch.fx.GraphModule], device: torch.device,
-                   warmup: int = 3, repeat: int = 30, rounds: int = ROUNDS
+                   warmup: int = 3, repeat: int = 30, rounds: int = ROUNDS,
+                   graph_args: Sequence[Sequence[Any] | None] = ()
                    ) -> tuple[dict[tuple[str, str], list[list[float]]], list[str]]:
     """In-graph times (us) pooled per op signature and grouped by round, over ``repeat``
     runs of each graph in interleaved rounds; plus a note for each graph that could not
-    run on random inputs."""
+    run.  A graph runs on its real arguments where ``graph_args`` has them (an op's time
+    can depend on its data: ``masked_fill`` under a causal mask runs several times faster
+    than under a random one), else on random inputs."""
     timers, notes = [], []
     for gi, gm in enumerate(graphs):
+        real = graph_args[gi] if gi < len(graph_args) else None
         try:
-            timer = GraphTimer(gm, device, seed=gi)
+            timer = GraphTimer(gm, device, None if real is None else own_inputs(gm, real, device),
+                               seed=gi)
             timer.run(warmup, 1)
         except Exception as exc:  # noqa: BLE001 - e.g. data-dependent control on random inputs
-            notes.append(f"graph {gi} could not run on random inputs ({_first_line(exc)}); "
+            inputs = "random inputs" if real is None else "its real arguments"
+            notes.append(f"graph {gi} could not run on {inputs} ({_first_line(exc)}); "
                          "its ops keep their isolated times")
             continue
         names = {}

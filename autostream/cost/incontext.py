@@ -18,7 +18,7 @@ device events recorded on the current stream.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -44,6 +44,49 @@ def graph_inputs(gm: torch.fx.GraphModule, device: torch.device, seed: int = 0) 
             out.append(symint_hint(val))
         else:
             out.append(val)
+    return out
+
+
+def written_placeholders(gm: torch.fx.GraphModule) -> set[str]:
+    """Names of the placeholders some op of ``gm`` writes in place (its schema says so)."""
+    written: set[str] = set()
+    for n in gm.graph.nodes:
+        schema = getattr(n.target, "_schema", None) if n.op == "call_function" else None
+        if schema is None:
+            continue
+        for i, arg in enumerate(schema.arguments):
+            if arg.alias_info is None or not arg.alias_info.is_write:
+                continue
+            value = n.args[i] if i < len(n.args) else n.kwargs.get(arg.name)
+            for v in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(v, torch.fx.Node) and v.op == "placeholder":
+                    written.add(v.name)
+    return written
+
+
+def own_inputs(gm: torch.fx.GraphModule, args: Sequence[Any], device: torch.device) -> list[Any]:
+    """``args`` (a graph's real arguments) on ``device``, the ones ``gm`` writes cloned, so
+    that timing the graph on its own data leaves the caller's tensors (a KV cache, running
+    statistics) as they were.
+
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda c, x: c.add_(x))(torch.zeros(2), torch.ones(2))
+    >>> cache = torch.zeros(2)
+    >>> args = own_inputs(gm, [cache, torch.ones(2)], torch.device("cpu"))
+    >>> _ = gm(*args); cache.tolist(), args[0].tolist()
+    ([0.0, 0.0], [1.0, 1.0])
+    """
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(args):
+        raise ValueError(f"the graph has {len(placeholders)} placeholders but {len(args)} "
+                         "arguments were given")
+    written = written_placeholders(gm)
+    out: list[Any] = []
+    for name, a in zip(placeholders, args):
+        if isinstance(a, torch.Tensor):
+            moved = a.detach().to(device)
+            a = moved.clone() if name in written and moved.data_ptr() == a.data_ptr() else moved
+        out.append(a)
     return out
 
 
