@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -390,28 +391,40 @@ class WithoutMode:
         self.inner(gm, example_inputs, None)
 
 
-def models() -> dict[str, Any]:
+#: the transformers decoders of the table, and the architecture each one needs
+HF_CASES = {"llama": "llama", "granite_moe": "granite_moe", "qwen3_moe": "qwen3_moe",
+            "gpt_oss": "gpt_oss", "llama_decode": "llama"}
+
+
+def models(names: Iterable[str] | None = None) -> dict[str, Any]:
     """name -> factory of ``(model, inputs)``: zoo models, buffer writers and transformers
-    decoders (a static-KV-cache decode step among them)."""
+    decoders (a static-KV-cache decode step among them); only ``names`` when given (only
+    the transformers architectures asked for are looked up: each one imports its module)."""
     from autostream.models import hf_zoo, zoo
 
+    wanted = None if names is None else set(names)
     out = {"inception": zoo.inception_block, "moe": zoo.moe_model,
            "multihead": zoo.multihead_block, "parallel": zoo.parallel_block,
            "running_stats": zoo.running_stats_model}
-    have = set(hf_zoo.available())
-    for name in ("llama", "granite_moe", "qwen3_moe", "gpt_oss"):
-        if name in have:
-            out[name] = getattr(hf_zoo, name)
-    if "llama" in have:
-        out["llama_decode"] = lambda: hf_zoo.llama(cache="decode")
-    return out
+    hf = [n for n in HF_CASES if wanted is None or n in wanted]
+    have = set(hf_zoo.available({HF_CASES[n] for n in hf})) if hf else set()
+    for name in hf:
+        if HF_CASES[name] in have:
+            out[name] = (lambda: hf_zoo.llama(cache="decode")) if name == "llama_decode" \
+                else getattr(hf_zoo, name)
+    return {n: f for n, f in out.items() if wanted is None or n in wanted}
 
 
-def case_models() -> dict[str, Any]:
-    """The models ``--case`` runs: the table's, and the core budget demo."""
+def case_model(name: str) -> Any:
+    """The factory of the model ``--case`` runs: one of the table's, or the core budget
+    demo."""
     from experiments.core_budget_demo import demo_model
 
-    return {**models(), "core_budget_demo": demo_model}
+    found = {"core_budget_demo": demo_model} if name == "core_budget_demo" else models([name])
+    if name not in found:
+        raise SystemExit(f"unknown or unavailable model {name!r}: one of "
+                         f"{', '.join([*models(), 'core_budget_demo'])}")
+    return found[name]
 
 
 def run_case(factory: Any, streams: int, table: str, mode: str, drop_sync: bool = False,
@@ -450,9 +463,7 @@ def _cuda_speedup(factory: Any, streams: int, table: str) -> float:
 def rows(names: list[str] | None = None) -> list[dict[str, Any]]:
     """One row per model, stream count, table and mode."""
     table_rows = []
-    for name, factory in models().items():
-        if names and name not in names:
-            continue
+    for name, factory in models(names or None).items():
         for streams in STREAMS:
             for table in TABLES:
                 cuda = _cuda_speedup(factory, streams, table)
@@ -526,7 +537,7 @@ def main(argv: list[str] | None = None) -> None:
         import json
 
         name, streams, table, mode = args.case
-        results = run_case(case_models()[name], int(streams), table, mode, args.drop_sync,
+        results = run_case(case_model(name), int(streams), table, mode, args.drop_sync,
                            args.without_mode, args.core_budgets)
         print(json.dumps([{**dataclasses.asdict(f), "applied": bool(r and r.applied),
                            "core_budgets": {str(k): v for k, v in r.plan.core_budgets.items()}

@@ -181,6 +181,10 @@ def load_torchair(root: Path) -> types.ModuleType:
         sys.modules["torch.npu"] = torch.npu
         _stream_limit_standins(torch.npu)
     sys.path.insert(0, str(root))
+    # TorchAir's ~1,100 modules are compiled from source at every import where bytecode is
+    # not written (PYTHONDONTWRITEBYTECODE, common in CI): keep theirs beside the source
+    bytecode = sys.dont_write_bytecode, sys.pycache_prefix
+    sys.dont_write_bytecode, sys.pycache_prefix = False, str(root.parent / "pycache")
     try:
         torchair = importlib.import_module("torchair")
         importlib.import_module("torchair.scope")
@@ -188,6 +192,8 @@ def load_torchair(root: Path) -> types.ModuleType:
     except Exception as exc:
         raise TorchAirUnavailable(f"importing TorchAir from {root} failed: "
                                   f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        sys.dont_write_bytecode, sys.pycache_prefix = bytecode
     for name in dir(pattern_util):
         if name.startswith("_register_") and "pattern" in name:
             setattr(pattern_util, name, lambda *args, **kwargs: None)

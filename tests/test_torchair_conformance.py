@@ -1,7 +1,8 @@
 """Rewritten graphs through TorchAir 2.14's real Python lowering (issue 27).
 
 The torch-npu wheel is fetched once into pytest's cache (``experiments.torchair_real``);
-without the package index these tests skip and say why.  Each case runs in a process of
+without the package index these tests skip and say why, and so they do on torch other
+than 2.14, the only release TorchAir 2.14 runs beside.  Each case runs in a process of
 its own: importing TorchAir registers its ``torch.ops.air`` ops and would change what the
 rest of the suite sees.
 """
@@ -15,14 +16,24 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def torch_release() -> tuple[int, int]:
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
 
 
 @pytest.fixture(scope="module")
 def torchair_cache(request):
     from experiments.torchair_real import CACHE_ENV, TorchAirUnavailable, fetch_torchair
 
+    if torch_release() < (2, 14):
+        pytest.skip(f"TorchAir 2.14 runs beside torch 2.14 only (torch-npu 2.14.0 pins "
+                    f"torch==2.14.0.*), this is torch {torch.__version__}: run the suite in "
+                    "a torch 2.14 environment (CI's .venv214) for these tests")
     cache = Path(os.environ.get(CACHE_ENV) or request.config.cache.mkdir("torchair"))
     try:
         fetch_torchair(cache)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -229,9 +229,12 @@ _CLASSES = {"llama": "LlamaForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
             "granite_moe": "GraniteMoeForCausalLM", "bert": "BertModel"}
 
 
-def available() -> list[str]:
-    """The zoo's architectures that the installed ``transformers`` provides (``[]`` without it)."""
+def available(names: Iterable[str] | None = None) -> list[str]:
+    """The zoo's architectures (of ``names``, default all) that the installed
+    ``transformers`` provides (``[]`` without it).  Each one checked imports its model
+    module, so ask only for those needed."""
     if importlib.util.find_spec("transformers") is None:
         return []
     tf = _transformers()
-    return [name for name in HF_ZOO if hasattr(tf, _CLASSES[name])]
+    wanted = set(HF_ZOO if names is None else names)
+    return [name for name in HF_ZOO if name in wanted and hasattr(tf, _CLASSES[name])]
