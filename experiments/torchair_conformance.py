@@ -545,6 +545,10 @@ def main(argv: list[str] | None = None) -> None:
                           for f, r in results]))
         return
     table_rows = rows(args.models)
+    release = "" if torch.__version__.startswith("2.14") else \
+        " (torch-npu 2.14.0 pins torch 2.14: run this under torch 2.14 for figures to trust)"
+    print(f"TorchAir from the torch-npu 2.14.0 wheel beside torch {torch.__version__}"
+          f"{release}.\n")
     print(markdown(table_rows))
     record_headlines(table_rows)
 
