@@ -36,15 +36,15 @@ from autostream.dialects.torchair import is_stream_op
 from autostream.dialects.torchair_modes import (
     ACL_MODES,
     GE_MODE,
+    GE_PLACEMENT,
     acl_reinplace_hazards,
     acl_scope_overhead_us,
-    ge_safe_plan,
     torchair_mode,
 )
 from autostream.dialects.verify import verify_rewrite
 from autostream.fx.graph import target_name
 from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
-from autostream.planning.plan import MIN_RELATIVE_GAIN, Plan, PlanOptions, plan_graph
+from autostream.planning.plan import Plan, PlanOptions, plan_graph
 from autostream.scheduling.core_budgets import check_cores, scope_keys
 from autostream.stages import StageTimes, Stopwatch, collector_paused
 from autostream.version import __version__
@@ -336,16 +336,10 @@ class AutoStreamPass(CustomGraphPass):
             acl = mode in ACL_MODES
             plan = plan_graph(gm, self.options(), costs,
                               acl_reinplace_hazards if acl else None,
-                              acl_scope_overhead_us(costs.sync_latency_us) if acl else 0.0)
-            if mode == GE_MODE and not plan.is_single_stream:
-                plan = ge_safe_plan(plan)
+                              acl_scope_overhead_us(costs.sync_latency_us) if acl else 0.0,
+                              GE_PLACEMENT if mode == GE_MODE else None)
         except Exception as exc:  # the pass must never break compilation
             return _failed(nodes, Outcome.PLANNING_FAILED, exc)
-        if mode == GE_MODE and plan.changes_graph and not plan.predicted_us < (
-                plan.single_stream_us * (1 - MIN_RELATIVE_GAIN)):  # GE's rules cost the gain
-            return PassReport(nodes, Outcome.NO_PARALLELISM, (
-                f"left unchanged: the plan placed for {mode} ({plan.predicted_us:.1f} us) "
-                f"is not faster than one stream ({plan.single_stream_us:.1f} us)"), plan)
         if plan.op_graph.number_of_nodes() == 0:
             return PassReport(nodes, Outcome.NO_OPS,
                               "left unchanged: the graph has no ops to schedule", plan)
