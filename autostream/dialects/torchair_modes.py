@@ -279,11 +279,14 @@ def ge_place(schedule: Schedule, deps: nx.DiGraph) -> tuple[Schedule, tuple[Any,
     ``deps``: the dependences, a plan's memory-ordering edges included.  The schedule's
     times are not recomputed (the planner replays it, ``memory.fit.evaluate``).
 
-    >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
-    >>> s = Schedule("x", {"a": 0, "b": 1, "c": 0}, ("a", "b", "c"), {}, {}, 0.0, 0.0)
-    >>> placed, syncs = ge_place(s, g)
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from autostream.fx.graph import build_op_graph
+    >>> deps = build_op_graph(make_fx(lambda x: x.exp().mul(2).cos())(torch.ones(2)))
+    >>> s = Schedule("x", {"exp": 1, "mul": 0, "cos": 0}, tuple(deps), {}, {}, 0, 0)
+    >>> placed, syncs = ge_place(s, deps)  # mul's first GE op is a Const: no wait lands on it
     >>> placed.stream_of, syncs
-    ({'a': 0, 'b': 1, 'c': 0}, (Sync(producer='b', consumer='<output>'),))
+    ({'exp': 1, 'mul': 1, 'cos': 0}, (Sync(producer='mul', consumer='cos'),))
     """
     schedule = ge_safe_schedule(schedule, deps)
     moved: set[str] = set()

@@ -59,8 +59,12 @@ class PlanOptions:
     cost_table: str | None = None
     #: seconds the solver may search (``None``: the solver's own, by the graph's size)
     time_limit: float | None = None
-    #: how far the plan's predicted peak may rise above one stream's (``autostream.memory.budget``)
-    max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
+    #: how far the plan's predicted peak may rise above one stream's: a fraction of the
+    #: single-stream peak (``0.1``), a size (``"512MiB"``) or both (``"10%,2MiB"``: the
+    #: larger); ``None``: no budget (``autostream.memory.budget``).  Keyed by ``repr``:
+    #: ``0.1`` and ``"0.1"`` are other options
+    max_memory_increase: float | str | None = field(default=DEFAULT_MAX_MEMORY_INCREASE,
+                                                    metadata={"key": repr})
     #: also choose each side stream's core budget (``autostream.scheduling.core_budgets``; cpsat only)
     core_budgets: bool = False
 
@@ -87,6 +91,27 @@ class PlanOptions:
     @property
     def memory_budget(self) -> MemoryBudget | None:
         return MemoryBudget.parse(self.max_memory_increase)
+
+    def key(self, table: str | None = None) -> str:
+        """The options as text, for the keys equal options share (compile caches, the
+        ranks' agreement): ``table`` stands for ``cost_table`` (the tables' content; ``None``:
+        left out); a flag shows by its name when set, so a new flag left off keeps old keys.
+
+        >>> PlanOptions(max_streams=4, core_budgets=True).key("t")
+        "4|cpsat|t|None|'10%,2MiB'|core_budgets"
+        >>> PlanOptions(max_memory_increase=0.1).key()
+        '2|cpsat|None|0.1'
+        """
+        parts = []
+        for f in dataclasses.fields(PlanOptions):
+            value = getattr(self, f.name)
+            if f.name == "cost_table":
+                parts += [] if table is None else [table]
+            elif isinstance(value, bool):
+                parts += [f.name] if value else []
+            else:
+                parts.append(f.metadata.get("key", str)(value))
+        return "|".join(parts)
 
 
 @dataclass(frozen=True)
@@ -331,16 +356,15 @@ def with_core_budgets(fit: FitInputs, candidate: Any, cost_model: CostModel,
         BUDGET_MIN_S,
         MAX_OPS,
         budgeted,
-        check_cores,
+        cores_missing,
         plan_budgets,
     )
     from autostream.scheduling.solvers.base import schedule_from_assignment
 
-    cores = getattr(getattr(cost_model, "profile", None), "cores", {}) or {}
-    try:
-        check_cores(cores)
-    except ValueError as exc:
-        return None, f"planned without core budgets: {exc}"
+    missing = cores_missing(cost_model)
+    if missing:
+        return None, f"planned without core budgets: {missing}"
+    cores = cost_model.profile.cores
     problem = candidate.problem
     if len(problem.graph) > MAX_OPS:
         return None, (f"planned without core budgets: {len(problem.graph)} ops, over the "
