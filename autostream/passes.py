@@ -36,16 +36,16 @@ from autostream.dialects.torchair import is_stream_op
 from autostream.dialects.torchair_modes import (
     ACL_MODES,
     GE_MODE,
+    GE_PLACEMENT,
     acl_reinplace_hazards,
     acl_scope_overhead_us,
-    ge_safe_plan,
     torchair_mode,
 )
 from autostream.dialects.verify import verify_rewrite
 from autostream.fx.graph import target_name
-from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, format_bytes
-from autostream.planning.plan import MIN_RELATIVE_GAIN, Plan, PlanOptions, plan_graph
-from autostream.scheduling.core_budgets import check_cores, scope_keys
+from autostream.memory.budget import format_bytes
+from autostream.planning.plan import Plan, PlanOptions, plan_graph
+from autostream.scheduling.core_budgets import cores_missing, scope_keys
 from autostream.stages import StageTimes, Stopwatch, collector_paused
 from autostream.version import __version__
 
@@ -183,15 +183,15 @@ def graph_device(graph: torch.fx.Graph, example_inputs: Any = None) -> str:
 
 
 @dataclass(frozen=True)
-class AutoStreamPass(CustomGraphPass):
+class AutoStreamPass(PlanOptions, CustomGraphPass):
     """Plan streams for a post-AOT ATen graph and rewrite it in TorchAir's stream dialect.
 
     Call signature is TorchAir's ``(gm, example_inputs, config)``; the graph is edited
     in place.  A graph the pass cannot handle is left unchanged, with the reason
-    logged and kept in ``reports`` (the last ``history`` of them).  ``cost_table`` (a
-    shipped table's name or a table file) is loaded here: a bad one fails now; without
-    it each graph is planned with the default table of its device
-    (``autostream.cost.defaults``).
+    logged and kept in ``reports`` (the last ``history`` of them).  The options are
+    :class:`PlanOptions`'s, validated the same way.  ``cost_table`` (a shipped table's
+    name or a table file) is loaded here: a bad one fails now; without it each graph is
+    planned with the default table of its device (``autostream.cost.defaults``).
 
     >>> p = AutoStreamPass(max_streams=2)
     >>> p == AutoStreamPass(max_streams=2) and hash(p) == hash(AutoStreamPass(max_streams=2))
@@ -202,16 +202,8 @@ class AutoStreamPass(CustomGraphPass):
     ValueError: unknown solver 'magic'; allowed: cpsat, critical_path, heft, nimble, opara, overlap, round_robin, single, tf_greedy
     """
 
-    max_streams: int = 2
-    solver: str = "cpsat"
-    cost_table: str | None = None
-    time_limit: float | None = None
-    #: a fraction of the single-stream peak (``0.1``), a size (``"512MiB"``) or both
-    #: (``"10%,2MiB"``: the larger); ``None``: no budget (``autostream.memory.budget``)
-    max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
-    #: also choose each side stream's core budget in CP-SAT's model and emit it as
-    #: ``limit_core_num``'s scope keys (``autostream.scheduling.core_budgets``; cpsat only)
-    core_budgets: bool = False
+    # PlanOptions's fields come first (``AutoStreamPass(2, "cpsat")`` as ever); with
+    # ``core_budgets`` each side stream's budget is emitted as ``limit_core_num``'s scope keys
     history: int = DEFAULT_HISTORY
     reports: deque[PassReport] = field(init=False, compare=False, hash=False, repr=False)
     _table: TableCostModel | None = field(init=False, compare=False, hash=False, repr=False)
@@ -222,17 +214,15 @@ class AutoStreamPass(CustomGraphPass):
     _cache_key: types.CodeType = field(init=False, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.options()  # validate eagerly: bad options fail where they are written
+        super().__post_init__()  # validate eagerly: bad options fail where they are written
         if isinstance(self.history, bool) or not isinstance(self.history, int) \
                 or self.history < 1:
             raise ValueError(f"history must be an integer >= 1 (reports kept), got "
                              f"{self.history!r}")
         table = None if self.cost_table is None else load_table(self.cost_table)
-        if self.core_budgets and table is not None:
-            try:
-                check_cores(table.profile.cores)
-            except ValueError as exc:
-                raise ValueError(f"cost_table={os.fspath(self.cost_table)!r}: {exc}") from None
+        missing = cores_missing(table) if self.core_budgets and table is not None else None
+        if missing:
+            raise ValueError(f"cost_table={os.fspath(self.cost_table)!r}: {missing}")
         object.__setattr__(self, "_table", table)
         object.__setattr__(self, "_defaults", {})
         object.__setattr__(self, "_digest", [])
@@ -240,8 +230,13 @@ class AutoStreamPass(CustomGraphPass):
         object.__setattr__(self, "_cache_key", digest_code(self.digest()))
 
     def options(self) -> PlanOptions:
-        return PlanOptions(self.max_streams, self.solver, self.cost_table, self.time_limit,
-                           self.max_memory_increase, self.core_budgets)
+        """The pass's :class:`PlanOptions` alone.
+
+        >>> AutoStreamPass(max_streams=3, history=4).options()
+        PlanOptions(max_streams=3, solver='cpsat', cost_table=None, time_limit=None, max_memory_increase='10%,2MiB', core_budgets=False)
+        """
+        return PlanOptions(**{f.name: getattr(self, f.name)
+                              for f in dataclasses.fields(PlanOptions)})
 
     def cost_model_for(self, device_type: str) -> TableCostModel:
         """The user's table, else the default of ``device_type`` (warning once if unmeasured)."""
@@ -266,9 +261,7 @@ class AutoStreamPass(CustomGraphPass):
         else:
             tables = ",".join(f"{device}={TableCostModel.load(name).table.digest()}"
                               for device, name in sorted(DEFAULT_TABLES.items()))
-        text = (f"{_VERSION}|{__version__}|{self.max_streams}|{self.solver}|{tables}|"
-                f"{self.time_limit}|{self.max_memory_increase!r}"
-                + ("|core_budgets" if self.core_budgets else ""))
+        text = f"{_VERSION}|{__version__}|{self.key(tables)}"
         return hashlib.sha256(text.encode()).hexdigest()
 
     def uuid(self) -> str:
@@ -307,8 +300,7 @@ class AutoStreamPass(CustomGraphPass):
             return self._plan_and_rewrite(gm, example_inputs, mode)
         # the options in the key: one process may plan a graph with several passes;
         # the table is not, so that another table on one rank shows as a mismatch
-        key = graph_key(gm.graph, f"{self.max_streams}|{self.solver}|{self.time_limit}|"
-                                  f"{self.max_memory_increase!r}|{self.core_budgets}|{mode}")
+        key = graph_key(gm.graph, f"{self.key()}|{mode}")
         names = [f"{n.name}:{target_name(n)}" for n in gm.graph.nodes]
         report = self._plan_and_rewrite(gm, example_inputs, mode)
         plan = report.plan if report.applied else None
@@ -336,16 +328,10 @@ class AutoStreamPass(CustomGraphPass):
             acl = mode in ACL_MODES
             plan = plan_graph(gm, self.options(), costs,
                               acl_reinplace_hazards if acl else None,
-                              acl_scope_overhead_us(costs.sync_latency_us) if acl else 0.0)
-            if mode == GE_MODE and not plan.is_single_stream:
-                plan = ge_safe_plan(plan)
+                              acl_scope_overhead_us(costs.sync_latency_us) if acl else 0.0,
+                              GE_PLACEMENT if mode == GE_MODE else None)
         except Exception as exc:  # the pass must never break compilation
             return _failed(nodes, Outcome.PLANNING_FAILED, exc)
-        if mode == GE_MODE and plan.changes_graph and not plan.predicted_us < (
-                plan.single_stream_us * (1 - MIN_RELATIVE_GAIN)):  # GE's rules cost the gain
-            return PassReport(nodes, Outcome.NO_PARALLELISM, (
-                f"left unchanged: the plan placed for {mode} ({plan.predicted_us:.1f} us) "
-                f"is not faster than one stream ({plan.single_stream_us:.1f} us)"), plan)
         if plan.op_graph.number_of_nodes() == 0:
             return PassReport(nodes, Outcome.NO_OPS,
                               "left unchanged: the graph has no ops to schedule", plan)

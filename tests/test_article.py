@@ -1,5 +1,7 @@
 """The seed article's worked example, through this project's dialect."""
 
+import dataclasses
+
 import torch
 
 import autostream
@@ -104,3 +106,20 @@ def test_pass_object_registers_in_one_line_like_torchair_expects():
     assert callable(config.post_grad_custom_pre_pass)
     a, b = autostream.AutoStreamPass(max_streams=3), autostream.AutoStreamPass(max_streams=3)
     assert a.digest() == b.digest() and a.digest() != autostream.AutoStreamPass(max_streams=2).digest()
+
+
+def test_every_plan_option_is_a_pass_option_and_part_of_its_identity():
+    """The pass takes ``PlanOptions``' fields (no list of its own to fall behind): each one,
+    set, reaches ``options()`` and changes the digest TorchAir and Inductor key their
+    caches on, and all but the table (its content is in the digest) the ranks' key."""
+    other = {"max_streams": 3, "solver": "heft", "cost_table": "h200", "time_limit": 2.0,
+             "max_memory_increase": 0.1, "core_budgets": True}
+    assert set(other) == {f.name for f in dataclasses.fields(PlanOptions)}
+    base = autostream.AutoStreamPass()
+    for name, value in other.items():
+        p = autostream.AutoStreamPass(**{name: value})
+        assert getattr(p.options(), name) == value and p != base
+        assert p.digest() != base.digest()
+        assert (p.key() == base.key()) == (name == "cost_table")
+    as_text = autostream.AutoStreamPass(max_memory_increase="0.1")
+    assert as_text.digest() != autostream.AutoStreamPass(max_memory_increase=0.1).digest()

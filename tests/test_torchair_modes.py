@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from autostream import AutoStreamPass
 from autostream.dialects.torchair import air_kind, scope_label
@@ -289,3 +290,47 @@ def test_ge_mode_keeps_the_graph_when_its_placement_costs_the_gain():
     assert not report.applied and unchanged
     assert report.plan.predicted_us >= report.plan.single_stream_us * 0.99
     assert "not faster than one stream" in report.reason
+
+
+def _two_chains(x, y):
+    s = torch.mm(x, y)
+    t = s.exp().cos().sin().tanh()
+    d = s.mul(2).sum(0).cos().sin().exp()
+    m = torch.mm(y, x).cos().sin().tanh().exp()
+    return d, m, t
+
+
+def _two_chains_plan(monkeypatch, mode, budget):
+    """The pass's report on ``_two_chains`` (uniform op costs) and its plan's memory bound,
+    checked again from scratch on the schedule and syncs the rewrite emitted."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autostream.memory.predict import GraphMemory, predict_memory
+    from autostream.scheduling.simulate import simulate_plan
+    from tests.helpers import UniformCosts
+
+    monkeypatch.setattr(AutoStreamPass, "cost_model_for", lambda self, device: UniformCosts())
+    gm = make_fx(_two_chains, tracing_mode="fake")(torch.randn(256, 256), torch.randn(256, 256))
+    memory = GraphMemory.from_graph(gm)
+    report = AutoStreamPass(max_streams=2, max_memory_increase=budget).run(gm, None, mode)
+    plan = report.plan
+    timeline = simulate_plan(plan.problem, plan.schedule, plan.syncs)
+    return report, predict_memory(memory, plan.schedule, plan.syncs, timeline).bound_bytes
+
+
+def test_ge_placement_is_checked_against_the_memory_budget(monkeypatch):
+    """GE runs the last launched op, a side stream's as solved, on the main stream: the
+    syncs change and the plan may hold 1.8 MiB, over a budget of 257 KiB above one
+    stream's 1.3 MiB that the plan as solved fits exactly.  The plan GE runs is the one
+    checked and repaired, and its figures are those of the plan rewritten."""
+    cuda, cuda_bound = _two_chains_plan(monkeypatch, None, "257KiB")
+    limit = cuda.plan.memory.single_stream_peak_bytes + 257 * 1024
+    assert cuda.applied and not cuda.plan.notes and cuda_bound == limit
+    free, free_bound = _two_chains_plan(monkeypatch, "max-autotune", None)
+    assert free.applied and free_bound > limit and free.plan.memory.bound_bytes == free_bound
+    report, bound = _two_chains_plan(monkeypatch, "max-autotune", "257KiB")
+    assert report.applied and report.plan.memory.limit_bytes == limit
+    assert bound <= limit and report.plan.memory.bound_bytes == bound
+    assert report.plan.notes[0].startswith(
+        "cpsat plan placed for TorchAir GE (max-autotune) may peak at 1.8 MiB, over the budget")
+    assert report.plan.predicted_us < report.plan.single_stream_us * 0.99

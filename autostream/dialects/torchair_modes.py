@@ -14,7 +14,8 @@ whether the graph goes to GE (``max-autotune``) or to an ACL graph (``reduce-ove
   stream (often a ``Const`` for a scalar argument), so waits go before an op whose first
   GE op is a task, and the final join wait must precede a real op on the main stream.
 
-:func:`ge_safe_plan` adjusts a plan for all of these.
+:func:`ge_place` places a plan for all of these; the planner checks every
+multi-stream plan as placed (:data:`GE_PLACEMENT`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import networkx as nx
 import torch
 
+from autostream.scheduling.placement import Placement
 from autostream.scheduling.schedule import Schedule
 
 GE_MODE = "max-autotune"
@@ -270,31 +272,38 @@ def ge_wait_targets(syncs: Any, schedule: Schedule, deps: nx.DiGraph) -> list[An
     return out
 
 
-def ge_safe_plan(plan: Any) -> Any:
-    """``plan`` (a ``planning.Plan`` on several streams) with :func:`ge_safe_schedule`'s
-    schedule, its syncs recomputed (the plan's memory-order edges kept) and its predicted
-    time moved by the simulated change of the makespan."""
-    from autostream.scheduling.simulate import simulate_plan
+def ge_place(schedule: Schedule, deps: nx.DiGraph) -> tuple[Schedule, tuple[Any, ...]]:
+    """``schedule`` (on several streams) as GE mode needs it, and its syncs: views and
+    factories moved by :func:`ge_safe_schedule`, then each consumer whose wait finds no
+    task to land on moved by :func:`_stuck_wait`, with GE's syncs (:func:`_ge_syncs`).
+    ``deps``: the dependences, a plan's memory-ordering edges included.  The schedule's
+    times are not recomputed (the planner replays it, ``memory.fit.evaluate``).
 
-    deps = nx.DiGraph(plan.op_graph)
-    if plan.memory is not None:
-        deps.add_edges_from(plan.memory.edges)
-    schedule = ge_safe_schedule(plan.schedule, deps)
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> from autostream.fx.graph import build_op_graph
+    >>> deps = build_op_graph(make_fx(lambda x: x.exp().mul(2).cos())(torch.ones(2)))
+    >>> s = Schedule("x", {"exp": 1, "mul": 0, "cos": 0}, tuple(deps), {}, {}, 0, 0)
+    >>> placed, syncs = ge_place(s, deps)  # mul's first GE op is a Const: no wait lands on it
+    >>> placed.stream_of, syncs
+    ({'exp': 1, 'mul': 1, 'cos': 0}, (Sync(producer='mul', consumer='cos'),))
+    """
+    schedule = ge_safe_schedule(schedule, deps)
     moved: set[str] = set()
     for _ in range(len(schedule.order)):
         syncs = _ge_syncs(schedule, deps)
         stuck = _stuck_wait(syncs, schedule, deps, moved)
         if stuck is None:
-            break
+            return schedule, syncs
         moved.add(stuck[0])
         stream_of = dict(schedule.stream_of)
         stream_of[stuck[0]] = stuck[1]
         schedule = ge_safe_schedule(dataclasses.replace(schedule, stream_of=stream_of), deps)
-    timed = simulate_plan(plan.problem, schedule, syncs)
-    schedule = dataclasses.replace(schedule, start=timed.start, end=timed.end,
-                                   makespan=timed.makespan, optimal=False)
-    predicted = plan.predicted_us + timed.makespan - plan.schedule.makespan
-    return dataclasses.replace(plan, schedule=schedule, syncs=syncs, predicted_us=predicted)
+    return schedule, _ge_syncs(schedule, deps)
+
+
+#: GE mode's placement, for the planner (``plan_graph(place=...)``)
+GE_PLACEMENT = Placement(f"placed for TorchAir GE ({GE_MODE})", ge_place)
 
 
 def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,

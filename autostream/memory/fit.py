@@ -47,6 +47,7 @@ from autostream.memory.predict import (
     allocation_timeline,
     predict_memory,
 )
+from autostream.scheduling.placement import Placement
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import Schedule, Sync
 from autostream.scheduling.simulate import simulate_plan
@@ -100,6 +101,9 @@ class FitInputs:
     solver: str
     solver_options: Mapping[str, Any] = field(default_factory=dict)
     costs: RuntimeCosts = RuntimeCosts()
+    #: what the compiler does to a multi-stream plan after the pass; every such plan is
+    #: checked as placed (``None``: it runs as planned)
+    place: Placement | None = None
 
     @cached_property
     def launch_of_wait(self) -> dict[str, str]:
@@ -155,18 +159,28 @@ def evaluate(inputs: FitInputs, schedule: Schedule, problem: SchedulingProblem,
 
     ``retime``: the edges were added after solving; the schedule's times are
     recomputed with them (as they are when a collective's wait moves to the stream that
-    launched it, ``comm.affinity``).  Memory is laid on the simulated run on CPU and on the
+    launched it, ``comm.affinity``, and when ``inputs.place`` places a multi-stream
+    schedule: its syncs are then the placement's).  Memory is laid on the simulated run on CPU and on the
     launch order on an accelerator (its caching allocator counts on the host, at
     launch).
     """
     held = waits_with_launches(schedule, inputs.launch_of_wait)
     if held is not schedule:
         schedule, retime = held, True
+    deps = _with_edges(inputs.deps, edges)
+    placed: tuple[Sync, ...] | None = None
+    if inputs.place is not None and schedule.streams_used > 1:
+        schedule, placed = inputs.place.place(schedule, deps)
+        retime = True
     if schedule.streams_used <= 1:
+        if placed is not None:  # placed onto one stream: its times are the replay's
+            solved = simulate_plan(problem, schedule, ())
+            schedule = replace(schedule, start=solved.start, end=solved.end,
+                               makespan=solved.makespan, optimal=False)
         timeline, syncs = Timeline.from_schedule(schedule), ()
         predicted = schedule.makespan
     else:
-        syncs = tuple(compute_syncs(_with_edges(inputs.deps, edges), schedule))
+        syncs = tuple(compute_syncs(deps, schedule)) if placed is None else tuple(placed)
         if retime:
             solved = simulate_plan(problem, schedule, syncs)
             schedule = replace(schedule, start=solved.start, end=solved.end,

@@ -19,6 +19,7 @@ from autostream.fx.graph import OpGraph, build_op_graph
 from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
 from autostream.memory.fit import FitInputs, PlanMemory, RuntimeCosts, evaluate, fit_plan
 from autostream.memory.predict import GraphMemory
+from autostream.scheduling.placement import Placement
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import Schedule, Sync
 from autostream.scheduling.scope_events import grouped_order, scope_latency_us
@@ -58,8 +59,12 @@ class PlanOptions:
     cost_table: str | None = None
     #: seconds the solver may search (``None``: the solver's own, by the graph's size)
     time_limit: float | None = None
-    #: how far the plan's predicted peak may rise above one stream's (``autostream.memory.budget``)
-    max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE
+    #: how far the plan's predicted peak may rise above one stream's: a fraction of the
+    #: single-stream peak (``0.1``), a size (``"512MiB"``) or both (``"10%,2MiB"``: the
+    #: larger); ``None``: no budget (``autostream.memory.budget``).  Keyed by ``repr``:
+    #: ``0.1`` and ``"0.1"`` are other options
+    max_memory_increase: float | str | None = field(default=DEFAULT_MAX_MEMORY_INCREASE,
+                                                    metadata={"key": repr})
     #: also choose each side stream's core budget (``autostream.scheduling.core_budgets``; cpsat only)
     core_budgets: bool = False
 
@@ -86,6 +91,27 @@ class PlanOptions:
     @property
     def memory_budget(self) -> MemoryBudget | None:
         return MemoryBudget.parse(self.max_memory_increase)
+
+    def key(self, table: str | None = None) -> str:
+        """The options as text, for the keys equal options share (compile caches, the
+        ranks' agreement): ``table`` stands for ``cost_table`` (the tables' content; ``None``:
+        left out); a flag shows by its name when set, so a new flag left off keeps old keys.
+
+        >>> PlanOptions(max_streams=4, core_budgets=True).key("t")
+        "4|cpsat|t|None|'10%,2MiB'|core_budgets"
+        >>> PlanOptions(max_memory_increase=0.1).key()
+        '2|cpsat|None|0.1'
+        """
+        parts = []
+        for f in dataclasses.fields(PlanOptions):
+            value = getattr(self, f.name)
+            if f.name == "cost_table":
+                parts += [] if table is None else [table]
+            elif isinstance(value, bool):
+                parts += [f.name] if value else []
+            else:
+                parts.append(f.metadata.get("key", str)(value))
+        return "|".join(parts)
 
 
 @dataclass(frozen=True)
@@ -208,7 +234,7 @@ def build_problem(
 def plan_graph(
     gm: torch.fx.GraphModule, options: PlanOptions, cost_model: CostModel | None = None,
     extra_deps: Callable[[torch.fx.GraphModule, OpGraph], Iterable[tuple[str, str]]]
-    | None = None, scope_overhead_us: float = 0.0,
+    | None = None, scope_overhead_us: float = 0.0, place: Placement | None = None,
 ) -> Plan:
     """Plan ``gm`` without changing it.
 
@@ -223,16 +249,19 @@ def plan_graph(
     ``scope_overhead_us`` (an ACL graph's events per scope) is charged on every
     cross-stream dependence in the problem itself, so the solver optimises it, and the
     chosen plan is launched in :func:`autostream.scheduling.scope_events.grouped_order` (a new scope
-    only at a wait).
+    only at a wait).  ``place`` is what the compiler does to a multi-stream plan's streams
+    and syncs after the pass (``dialects.torchair_modes.GE_PLACEMENT``): every candidate,
+    and every memory repair of it, is checked as placed, so the gain bar, the memory
+    budget and the plan's figures are those of the plan that runs.
     """
     with collector_paused():
-        return _plan_graph(gm, options, cost_model, extra_deps, scope_overhead_us)
+        return _plan_graph(gm, options, cost_model, extra_deps, scope_overhead_us, place)
 
 
 def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: CostModel | None,
                 extra_deps: Callable[[torch.fx.GraphModule, OpGraph],
                                      Iterable[tuple[str, str]]] | None = None,
-                scope_overhead_us: float = 0.0) -> Plan:
+                scope_overhead_us: float = 0.0, place: Placement | None = None) -> Plan:
     t0 = time.perf_counter()
     watch = Stopwatch()
     cost_model = cost_model or load_cost_model(options.cost_table)
@@ -264,7 +293,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
         solver_options["wall_clock"] = False
     fit = FitInputs(op_graph, split_problem, GraphMemory.from_graph(gm), options.solver,
                     _resolve_options(options.solver, solver_options, len(split_problem.graph)),
-                    costs)
+                    costs, place)
     chosen = single_plan = evaluate(fit, single, problem)
     budget = options.memory_budget
     limit = budget.limit(single_plan.memory.peak_bytes) if budget is not None else None
@@ -274,7 +303,8 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
     if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
         solved = get_solver(options.solver)(split_problem, **solver_options)
         watch.lap("solve")
-        candidate = evaluate(fit, solved, split_problem, how=f"{options.solver} plan")
+        how = f"{options.solver} plan" + (f" {place.label}" if place is not None else "")
+        candidate = evaluate(fit, solved, split_problem, how=how)
         if options.core_budgets:
             budgeted, note = with_core_budgets(fit, candidate, cost_model,
                                                         solver_options)
@@ -285,7 +315,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
             chosen, fit_notes = fit_plan(fit, candidate, single_plan, limit, MIN_RELATIVE_GAIN)
             notes += fit_notes
         else:
-            notes.append(_not_faster_note(options.solver, candidate, single, costs))
+            notes.append(_not_faster_note(candidate, single, costs))
         watch.lap("syncs")
     if transfers:
         overlapped = get_solver("overlap")(problem)
@@ -326,16 +356,15 @@ def with_core_budgets(fit: FitInputs, candidate: Any, cost_model: CostModel,
         BUDGET_MIN_S,
         MAX_OPS,
         budgeted,
-        check_cores,
+        cores_missing,
         plan_budgets,
     )
     from autostream.scheduling.solvers.base import schedule_from_assignment
 
-    cores = getattr(getattr(cost_model, "profile", None), "cores", {}) or {}
-    try:
-        check_cores(cores)
-    except ValueError as exc:
-        return None, f"planned without core budgets: {exc}"
+    missing = cores_missing(cost_model)
+    if missing:
+        return None, f"planned without core budgets: {missing}"
+    cores = cost_model.profile.cores
     problem = candidate.problem
     if len(problem.graph) > MAX_OPS:
         return None, (f"planned without core budgets: {len(problem.graph)} ops, over the "
@@ -398,13 +427,13 @@ def _resolve_options(solver: str, solver_options: Mapping[str, Any], ops: int) -
     return {**solver_options, "time_limit": RESOLVE_SHARE * seconds}
 
 
-def _not_faster_note(solver: str, candidate, single: Schedule, costs: RuntimeCosts) -> str:
+def _not_faster_note(candidate, single: Schedule, costs: RuntimeCosts) -> str:
     streams = candidate.schedule.streams_used
     overhead = (f", runtime overhead of {costs.call_us:.0f} us per call, "
                 f"{costs.segment_us:.0f} us per segment and "
                 f"{costs.op_us:.1f} us per node included"
                 if (costs.op_us or costs.call_us or costs.segment_us) and streams > 1 else "")
-    return (f"{solver} plan ({candidate.predicted_us:.1f} us on {streams} "
+    return (f"{candidate.how} ({candidate.predicted_us:.1f} us on {streams} "
             f"streams{overhead}) is not faster than one stream ({single.makespan:.1f} us); "
             "keeping one stream")
 

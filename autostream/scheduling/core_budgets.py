@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import Schedule
@@ -119,6 +120,21 @@ def check_cores(cores: Mapping[str, int]) -> tuple[int, int]:
                          "(profile.cores); core budgets need them: use a table with "
                          "profile.cores (ascend910b has them) or drop core_budgets")
     return int(cores["cube"]), int(cores["vector"])
+
+
+def cores_missing(cost_model: Any) -> str | None:
+    """Why ``cost_model``'s device profile cannot hold core budgets (:func:`check_cores`),
+    ``None`` when it can: the one message for a table given with ``core_budgets``
+    (an error) and a default table without core counts (a note on the plan).
+
+    >>> cores_missing(None).startswith("the device profile has no cube and vector core counts")
+    True
+    """
+    try:
+        check_cores(getattr(getattr(cost_model, "profile", None), "cores", None) or {})
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def plan_budgets(problem: SchedulingProblem, plan: Schedule, cores: Mapping[str, int],
