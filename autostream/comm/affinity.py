@@ -15,7 +15,6 @@ import dataclasses
 from collections.abc import Mapping
 
 import networkx as nx
-import torch.fx
 
 from autostream.comm.ops import launch_of_wait
 from autostream.scheduling.schedule import Schedule
