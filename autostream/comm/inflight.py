@@ -4,9 +4,9 @@ had them so.
 ``ProcessGroupGloo`` hands each collective to one of its worker threads (two by default),
 so collectives of one group that are in flight together run at once on that group's
 one gloo context.  With torch 2.13 on CPU this corrupted the heap now and then: a rank
-died in a gloo worker thread (``malloc(): unaligned tcache chunk detected`` while an
-all-reduce created its buffer, SIGSEGV elsewhere) about once in 10,000 calls of a graph
-whose plan launched three all-gathers before waiting for the first (docs/distributed.md).
+died in a gloo worker thread (glibc's tcache found a freed chunk written to) in a
+graph whose plan launched three all-gathers before waiting for the first
+(docs/distributed.md).
 So, for a gloo group, every wait of a collective that precedes the group's next launch
 in program order keeps preceding it: a plan holds no more collectives of that group in
 flight than the program does.  Launches still move early and waits late between them
