@@ -98,7 +98,7 @@ def _diverging(rank: int, world: int) -> Outcome:
 
     if rank == 1:
         autostream.passes.plan_graph = lambda gm, options, *costs: plan_graph(
-            gm, dataclasses.replace(options, solver="round_robin"), *costs)
+            gm, dataclasses.replace(options, solver="critical_path"), *costs)
         store = dist.distributed_c10d._get_default_store()
         store.wait(["test/rank0-compiled"])
     else:
