@@ -13,10 +13,13 @@ import torch.fx
 from autostream.comm import CommRegistry, CommSpec, comm_op, register
 from autostream.comm.affinity import launch_of_wait
 from autostream.comm.agree import DictStore, check_through_store, graph_key, outcome_digest
+from autostream.comm.groups import GroupInfo
+from autostream.comm.inflight import most_in_flight, one_at_a_time
 from autostream.cost import CostModel, CostTable, TableCostModel
 from autostream.cost.collectives import LinkFit
 from autostream.dialects.rewrite import rewrite_graph
 from autostream.dialects.verify import verify_rewrite
+from autostream.fx import graph as graph_module
 from autostream.fx.graph import build_op_graph, communicates, op_effects
 from autostream.memory.fit import FitInputs, evaluate
 from autostream.memory.predict import GraphMemory
@@ -501,3 +504,63 @@ def test_parallel_zoo_inputs_differ_across_ranks_steps_and_arguments(name):
     inputs = [t for rank in (0, 1) for step in (0, 1) for t in PARALLEL_ZOO[name](rank, 2)[1](step)]
     assert not any(torch.equal(a, b) for i, a in enumerate(inputs) for b in inputs[i + 1:]
                    if a.shape == b.shape)  # tp_mlp's input is the same on every rank by design
+
+
+def _fsdp_graph(prefetch: bool = False) -> torch.fx.GraphModule:
+    """Three layers, each gathering its sharded weight on group "0", then a reduce-scatter.
+    Dynamo's order (each wait right after its launch), or with ``prefetch`` the next
+    gather launched before this layer's wait, as hand-written overlap does."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(x, *shards):
+        gathers = [C10D.all_gather_into_tensor(shards[0], 2, "0")]
+        for i in range(len(shards)):
+            if prefetch and i + 1 < len(shards):
+                gathers.append(C10D.all_gather_into_tensor(shards[i + 1], 2, "0"))
+            x = torch.tanh(x @ C10D.wait_tensor(gathers[i]))
+            if not prefetch and i + 1 < len(shards):
+                gathers.append(C10D.all_gather_into_tensor(shards[i + 1], 2, "0"))
+        return C10D.wait_tensor(C10D.reduce_scatter_tensor(x, "sum", 2, "0"))
+
+    return make_fx(fn, tracing_mode="fake")(torch.ones(8, 64), *(torch.ones(32, 64),) * 3)
+
+
+def _comm_edges(g: nx.DiGraph) -> set[tuple[str, str]]:
+    return {(u, v) for u, v, kind in g.edges(data="kind") if kind == "comm"}
+
+
+def test_on_a_gloo_group_each_wait_precedes_the_next_launch():
+    gm = _fsdp_graph()
+    chain = _comm_edges(build_op_graph(gm, lambda group: False))
+    serial = _comm_edges(build_op_graph(gm, lambda group: group == "0"))
+    assert serial - chain == {("wait_tensor", "all_gather_into_tensor_1"),
+                              ("wait_tensor_1", "all_gather_into_tensor_2"),
+                              ("wait_tensor_2", "reduce_scatter_tensor")}
+    assert _comm_edges(build_op_graph(gm, lambda group: group == "tp")) == chain
+    assert one_at_a_time("0", GroupInfo("0", 2, "gloo"))
+    assert not one_at_a_time("0", GroupInfo("0", 2, "nccl"))
+    assert not one_at_a_time("0", GroupInfo("0", None, None))  # no process group here
+
+
+def test_the_programs_own_overlap_of_collectives_is_kept():
+    """Hand-written prefetch launches the next gather before this wait: no edge reverses it."""
+    gm = _fsdp_graph(prefetch=True)
+    assert most_in_flight(gm.graph.nodes) == {"0": 2}
+    deps = build_op_graph(gm, lambda group: True)
+    assert nx.is_directed_acyclic_graph(deps)
+    assert all(deps.nodes[u]["order"] < deps.nodes[v]["order"] for u, v in _comm_edges(deps))
+    assert ("wait_tensor", "all_gather_into_tensor_1") not in deps.edges
+
+
+def test_plans_hold_no_more_gloo_collectives_in_flight_than_the_program(monkeypatch):
+    """The fsdp scenario's plan on gloo launched all three gathers before the first wait;
+    a rank then died now and then inside gloo (heap corruption, docs/distributed.md)."""
+    gm = _fsdp_graph()
+    assert most_in_flight(gm.graph.nodes) == {"0": 1}
+    monkeypatch.setattr(graph_module, "gloo_one_at_a_time", lambda group: group == "0")
+    plan = plan_graph(gm, PlanOptions(max_streams=2, cost_table="h200", time_limit=1.0))
+    order = [plan.op_graph.nodes[n]["fx"] for n in plan.schedule.order if n in plan.op_graph]
+    assert most_in_flight(order) == {"0": 1}
+    # still an overlap: a gather launched before the previous layer's compute
+    names = [n.name for n in order]
+    assert plan.reorders and names.index("all_gather_into_tensor_1") < names.index("mm")

@@ -15,25 +15,9 @@ import dataclasses
 from collections.abc import Mapping
 
 import networkx as nx
-import torch.fx
 
-from autostream.comm.ops import comm_op
+from autostream.comm.ops import launch_of_wait
 from autostream.scheduling.schedule import Schedule
-
-
-def launch_of_wait(wait: torch.fx.Node) -> torch.fx.Node | None:
-    """The collective launch whose result ``wait`` waits for (through ``getitem`` of a
-    coalesced result), or ``None`` when ``wait`` is no wait or its input is no launch."""
-    op = comm_op(wait)
-    if op is None or op.role != "wait" or not wait.args or not isinstance(wait.args[0], torch.fx.Node):
-        return None
-    source = wait.args[0]
-    while source.op == "call_function" and getattr(source.target, "__name__", "") == "getitem":
-        if not source.args or not isinstance(source.args[0], torch.fx.Node):
-            return None
-        source = source.args[0]
-    launch = comm_op(source)
-    return source if launch is not None and launch.role == "collective" else None
 
 
 def launches_of_waits(deps: nx.DiGraph) -> dict[str, str]:

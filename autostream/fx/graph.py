@@ -13,7 +13,10 @@ Edges come from three sources:
 4. **communication**: collective launches and blocking communication ops
    (``autostream.comm``) keep their relative program order (a second chain, edge
    kind ``"comm"``): ranks match collectives by issue order.  A ``wait_tensor``
-   writes nothing; it depends on its collective through data flow.
+   writes nothing; it depends on its collective through data flow.  On a group whose
+   backend runs collectives in flight together unsafely (gloo,
+   ``autostream.comm.inflight``), each wait also precedes the group's next launch
+   when it does in program order (edge kind ``"comm"``).
 
 Placeholders, ``get_attr`` and ``output`` are not scheduled.  Metadata-only ops
 (views, ``getitem``, symbolic-size arithmetic) are scheduled with zero cost.
@@ -31,6 +34,8 @@ import torch
 import torch.fx
 
 from autostream.comm import comm_op
+from autostream.comm.inflight import one_at_a_time as gloo_one_at_a_time
+from autostream.comm.ops import launch_of_wait
 
 #: ``OpGraph`` is a plain ``networkx.DiGraph``; nodes are FX node names with the
 #: attributes ``fx`` (the ``torch.fx.Node``), ``target`` (str), ``order`` (program
@@ -250,8 +255,13 @@ def _storage_root(node: torch.fx.Node, roots: dict[torch.fx.Node, torch.fx.Node]
     return roots.get(node, node)
 
 
-def build_op_graph(gm: torch.fx.GraphModule) -> OpGraph:
+def build_op_graph(gm: torch.fx.GraphModule,
+                   one_at_a_time: Callable[[str | None], bool] | None = None) -> OpGraph:
     """Build the dependence DAG of ``gm``'s schedulable ops.
+
+    ``one_at_a_time(group)``: whether the collectives of a process group must not be in
+    flight together beyond the program's (default: its backend is gloo,
+    ``autostream.comm.inflight``).
 
     >>> class M(torch.nn.Module):
     ...     def forward(self, x):
@@ -266,6 +276,7 @@ def build_op_graph(gm: torch.fx.GraphModule) -> OpGraph:
     reads_since: dict[torch.fx.Node, list[str]] = {}
     last_ordered: str | None = None
     last_comm: str | None = None
+    serial = _SerialGroups(one_at_a_time or gloo_one_at_a_time)
     facts = _TargetFacts()
 
     def add_edge(u: str, v: str, kind: str) -> None:
@@ -314,4 +325,35 @@ def build_op_graph(gm: torch.fx.GraphModule) -> OpGraph:
             if last_comm is not None:
                 add_edge(last_comm, name, "comm")
             last_comm = name
+        for wait in serial.before(node):
+            add_edge(wait, name, "comm")
     return g
+
+
+class _SerialGroups:
+    """The waits each launch of a one-at-a-time group follows: those of the group's
+    collectives met since its previous launch (``autostream.comm.inflight``)."""
+
+    def __init__(self, one_at_a_time: Callable[[str | None], bool]) -> None:
+        self._one_at_a_time = one_at_a_time
+        self._serial: dict[str | None, bool] = {}
+        self._group_of: dict[str, str | None] = {}  # launch -> its one-at-a-time group
+        self._waits: dict[str | None, list[str]] = {}  # group -> waits since its last launch
+
+    def before(self, node: torch.fx.Node) -> list[str]:
+        comm = comm_op(node)
+        if comm is None:
+            return []
+        if comm.role == "wait":
+            launch = launch_of_wait(node)
+            if launch is not None and launch.name in self._group_of:
+                self._waits.setdefault(self._group_of[launch.name], []).append(node.name)
+            return []
+        if not comm.orders:
+            return []
+        if comm.group not in self._serial:
+            self._serial[comm.group] = self._one_at_a_time(comm.group)
+        if not self._serial[comm.group]:
+            return []
+        self._group_of[node.name] = comm.group
+        return self._waits.pop(comm.group, [])
