@@ -126,7 +126,8 @@ def instrument(gm: torch.fx.GraphModule, mark: Callable[[], Any]
 
 
 class GraphTimer:
-    """An instrumented copy of one graph with fixed random inputs, run on demand."""
+    """An instrumented copy of one graph with its inputs (default: fixed random ones), run on
+    demand."""
 
     def __init__(self, gm: torch.fx.GraphModule, device: torch.device,
                  inputs: list[Any] | None = None, seed: int = 0) -> None:
@@ -154,6 +155,7 @@ class GraphTimer:
 def time_graph_ops(gm: torch.fx.GraphModule, device: torch.device, warmup: int = 3,
                    runs: int = 20, inputs: list[Any] | None = None
                    ) -> dict[str, list[float]]:
-    """Per-node times (us) over ``runs`` runs of the whole graph on random inputs."""
+    """Per-node times (us) over ``runs`` runs of the whole graph on ``inputs`` (default:
+    random ones)."""
     return GraphTimer(gm, device, inputs).run(warmup, runs)
 
