@@ -84,8 +84,7 @@ def own_inputs(gm: torch.fx.GraphModule, args: Sequence[Any], device: torch.devi
     out: list[Any] = []
     for name, a in zip(placeholders, args):
         if isinstance(a, torch.Tensor):
-            moved = a.detach().to(device)
-            a = moved.clone() if name in written and moved.data_ptr() == a.data_ptr() else moved
+            a = a.detach().to(device, copy=name in written)
         out.append(a)
     return out
 

@@ -160,9 +160,9 @@ def evaluate(inputs: FitInputs, schedule: Schedule, problem: SchedulingProblem,
     ``retime``: the edges were added after solving; the schedule's times are
     recomputed with them (as they are when a collective's wait moves to the stream that
     launched it, ``comm.affinity``, and when ``inputs.place`` places a multi-stream
-    schedule: its syncs are then the placement's).  Memory is laid on the simulated run on CPU and on the
-    launch order on an accelerator (its caching allocator counts on the host, at
-    launch).
+    schedule: its syncs are then the placement's).  Memory is laid on the simulated run
+    on CPU and on the launch order on an accelerator (its caching allocator counts on the
+    host, at launch).
     """
     held = waits_with_launches(schedule, inputs.launch_of_wait)
     if held is not schedule:
