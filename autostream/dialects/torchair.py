@@ -30,6 +30,11 @@ _SCHEMAS = {
     "wait": "wait(Tensor[] x) -> ()",
 }
 _QUALIFIED = frozenset(f"air::{n}" for n in _SCHEMAS)
+#: ``torchair.scope.npu_wait_tensor``'s op (``scope/_wait_tensor.py``): ``self`` once
+#: ``dependency`` is ready, an ordering edge only (GE: an ``Identity`` of ``self`` with a
+#: control edge from ``dependency``'s producer)
+_WAIT_TENSOR_SCHEMA = "wait_tensor(Tensor self, Tensor dependency) -> Tensor"
+WAIT_TENSOR = "air::wait_tensor"
 
 # The stand-in library must outlive every graph that uses its ops: a
 # ``torch.library.Library`` deregisters its ops when garbage-collected.
@@ -57,8 +62,11 @@ def _try_import_torchair() -> bool:
     try:
         importlib.import_module("torch_npu")
         importlib.import_module("torchair")
-        # Importing the scope module registers the air ops in TorchAir.
+        # Importing the scope module registers the air ops in TorchAir; wait_tensor's
+        # module is imported lazily by TorchAir and defines its op unconditionally, so it
+        # must come before any stand-in of it.
         importlib.import_module("torchair.scope")
+        importlib.import_module("torchair.scope._wait_tensor")
         return True
     except Exception as exc:  # CANN missing, version mismatch, ...
         log.debug("TorchAir not usable (%s); using autostream's stand-in air ops", exc)
@@ -147,17 +155,53 @@ def air_ops() -> AirOps:
         return ops
 
 
-def is_stream_op(node: torch.fx.Node) -> bool:
-    """True for call_function nodes whose target is one of the ``air`` stream ops."""
+def wait_tensor_op() -> Any:
+    """``torch.ops.air.wait_tensor.default`` (``npu_wait_tensor``), TorchAir's own when it
+    can be imported, else a stand-in with its schema whose kernels return ``self`` (TorchAir's
+    Meta kernel does; its CPU kernel raises, autostream's runs it as the identity).
+
+    >>> str(wait_tensor_op()._schema)
+    'air::wait_tensor(Tensor self, Tensor dependency) -> Tensor'
+    """
+    with _LIBRARY_LOCK:
+        if not hasattr(torch.ops.air, "wait_tensor"):
+            _try_import_torchair()
+        if not hasattr(torch.ops.air, "wait_tensor"):
+            lib = torch.library.Library("air", "FRAGMENT")
+            lib.define(_WAIT_TENSOR_SCHEMA)
+
+            def wait_tensor(self: torch.Tensor, dependency: torch.Tensor) -> torch.Tensor:
+                return self
+
+            for key in ("Meta", "CPU", "PrivateUse1"):
+                lib.impl("wait_tensor", wait_tensor, key)
+            _STANDIN.append(lib)
+        return torch.ops.air.wait_tensor.default
+
+
+def _qualname(node: torch.fx.Node) -> str | None:
     if node.op != "call_function":
-        return False
+        return None
     name = getattr(node.target, "name", None)
-    return callable(name) and name() in _QUALIFIED
+    return name() if callable(name) else None
+
+
+def is_stream_op(node: torch.fx.Node) -> bool:
+    """True for call_function nodes whose target is one of the ``air`` stream ops
+    (``wait_tensor`` included)."""
+    name = _qualname(node)
+    return name in _QUALIFIED or name == WAIT_TENSOR
+
+
+def is_wait_tensor(node: torch.fx.Node) -> bool:
+    """True for ``air.wait_tensor`` (``npu_wait_tensor``) nodes."""
+    return _qualname(node) == WAIT_TENSOR
 
 
 def air_kind(node: torch.fx.Node) -> str | None:
-    """``"scope_enter" | "scope_exit" | "record" | "wait"`` for air nodes, else ``None``."""
-    if not is_stream_op(node):
+    """``"scope_enter" | "scope_exit" | "record" | "wait"`` for air nodes, else ``None``
+    (``wait_tensor`` too: :func:`is_wait_tensor`)."""
+    if _qualname(node) not in _QUALIFIED:
         return None
     return node.target.name().split("::", 1)[1]
 
