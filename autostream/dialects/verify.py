@@ -29,6 +29,10 @@ class VerifyResult:
     """``ok`` when ``problems`` is empty; each problem names the nodes involved."""
 
     problems: list[str] = field(default_factory=list)
+    #: the dependences ``(u, v)`` left unordered (each also one of ``problems``)
+    unordered: list[tuple[str, str]] = field(default_factory=list)
+    #: dependences checked (both ops scheduled)
+    checked: int = 0
 
     @property
     def ok(self) -> bool:
@@ -163,7 +167,9 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph, mode: str | None 
         if u not in where or v not in where:
             continue
         su, pu = where[u]
+        result.checked += 1
         if clock_of_op[v].get(su, -1) < pu:
+            result.unordered.append((u, v))
             result.problems.append(
                 f"dependence {u} -> {v} is not ordered (stream {su} -> stream {where[v][0]})"
             )
