@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-COMMANDS = ("demo", "plan", "compare", "calibrate")
+COMMANDS = ("demo", "plan", "check", "compare", "calibrate")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,6 +31,7 @@ from autostream.comm import has_communication
 from autostream.comm.agree import check_through_store, graph_key, outcome_digest
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
+from autostream.dialects.hand import strip_stream_ops
 from autostream.dialects.rewrite import restore, rewrite_graph, snapshot
 from autostream.dialects.torchair import is_stream_op
 from autostream.dialects.torchair_modes import (
@@ -44,7 +45,8 @@ from autostream.dialects.torchair_modes import (
 from autostream.dialects.verify import verify_rewrite
 from autostream.fx.graph import target_name
 from autostream.memory.budget import format_bytes
-from autostream.planning.plan import Plan, PlanOptions, plan_graph
+from autostream.planning.check import HandCheck, check_placement
+from autostream.planning.plan import MIN_RELATIVE_GAIN, Plan, PlanOptions, plan_graph
 from autostream.scheduling.core_budgets import cores_missing, scope_keys
 from autostream.stages import StageTimes, Stopwatch, collector_paused
 from autostream.version import __version__
@@ -105,6 +107,8 @@ class PassReport:
     rank_digest: str | None = None
     #: the ranks whose digests differ from this one's, in words (``None``: none seen)
     rank_mismatch: str | None = None
+    #: a hand-tagged graph's placement, checked (``planning.check.HandCheck``)
+    check: HandCheck | None = None
 
     @property
     def applied(self) -> bool:
@@ -115,6 +119,8 @@ class PassReport:
                                "reason": self.reason, "graph_nodes": self.graph_nodes}
         if self.plan is not None:
             out.update(self.plan.summary())
+        if self.check is not None:
+            out["hand_check"] = self.check.summary()
         stages = self.stages or (self.plan.stages if self.plan is not None else None)
         if stages is not None:
             out["stage_seconds"] = stages.as_dict()
@@ -205,6 +211,9 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
     # PlanOptions's fields come first (``AutoStreamPass(2, "cpsat")`` as ever); with
     # ``core_budgets`` each side stream's budget is emitted as ``limit_core_num``'s scope keys
     history: int = DEFAULT_HISTORY
+    #: a hand-tagged graph gets autostream's plan instead of its own placement when that
+    #: is predicted faster (else it is left unchanged, its placement checked)
+    replace_hand_tags: bool = False
     reports: deque[PassReport] = field(init=False, compare=False, hash=False, repr=False)
     _table: TableCostModel | None = field(init=False, compare=False, hash=False, repr=False)
     _defaults: dict[str, DefaultTable] = field(init=False, compare=False, hash=False, repr=False)
@@ -223,6 +232,9 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         missing = cores_missing(table) if self.core_budgets and table is not None else None
         if missing:
             raise ValueError(f"cost_table={os.fspath(self.cost_table)!r}: {missing}")
+        if not isinstance(self.replace_hand_tags, bool):
+            raise ValueError(f"replace_hand_tags must be True or False, got "
+                             f"{self.replace_hand_tags!r}")
         object.__setattr__(self, "_table", table)
         object.__setattr__(self, "_defaults", {})
         object.__setattr__(self, "_digest", [])
@@ -261,7 +273,8 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         else:
             tables = ",".join(f"{device}={TableCostModel.load(name).table.digest()}"
                               for device, name in sorted(DEFAULT_TABLES.items()))
-        text = f"{_VERSION}|{__version__}|{self.key(tables)}"
+        text = f"{_VERSION}|{__version__}|{self.key(tables)}" + (
+            "|replace_hand_tags" if self.replace_hand_tags else "")
         return hashlib.sha256(text.encode()).hexdigest()
 
     def uuid(self) -> str:
@@ -321,8 +334,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         nodes = len(gm.graph.nodes)
         tagged = hand_tagged(gm.graph)
         if tagged:
-            return PassReport(nodes, Outcome.HAND_TAGGED,
-                              f"left unchanged: {tagged} (hand-tagged graphs are respected)")
+            return self._hand_tagged(gm, example_inputs, mode, tagged)
         try:
             costs = self.cost_model_for(graph_device(gm.graph, example_inputs))
             acl = mode in ACL_MODES
@@ -354,6 +366,53 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             return _failed(nodes, Outcome.REWRITE_REJECTED, exc, plan)
         stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
         return PassReport(nodes, Outcome.APPLIED, _applied_reason(plan), plan, stages)
+
+
+    def _hand_tagged(self, gm: torch.fx.GraphModule, example_inputs: Any, mode: str | None,
+                     tagged: str) -> PassReport:
+        """A hand-tagged graph: its placement checked (a race is a WARNING naming the ops and
+        their source lines); replaced by autostream's plan only with ``replace_hand_tags``
+        and when that is predicted faster."""
+        nodes = len(gm.graph.nodes)
+        reason = f"left unchanged: {tagged} (hand-tagged graphs are respected)"
+        target = "ge" if mode == GE_MODE else "acl" if mode in ACL_MODES else "cuda"
+        try:
+            costs = self.cost_model_for(graph_device(gm.graph, example_inputs))
+            checked = check_placement(gm, target, self.options(), costs)
+        except Exception as exc:  # the check must never break compilation
+            if strict():
+                raise
+            return PassReport(nodes, Outcome.HAND_TAGGED, f"{reason}; the placement could not "
+                              f"be checked: {type(exc).__name__}: {exc}")
+        for race in checked.races:
+            log.warning("autostream: hand placement race: %s", race.describe())
+        found = (f"{len(checked.races)} race(s), {len(checked.problems)} other problem(s), "
+                 f"{checked.dependences_checked} dependences checked; predicted "
+                 f"{checked.hand_us:.1f} us as placed, {checked.autostream_us:.1f} us "
+                 f"autostream's plan, {checked.single_stream_us:.1f} us one stream"
+                 + "".join(f"; race: {r.describe()}" for r in checked.races[:3]))
+        plan = checked.plan
+        faster = plan.predicted_us < checked.hand_us * (1 - MIN_RELATIVE_GAIN)
+        if not (self.replace_hand_tags and faster):
+            return PassReport(nodes, Outcome.HAND_TAGGED, f"{reason}; checked: {found}",
+                              check=checked)
+        snap = snapshot(gm.graph)
+        try:
+            strip_stream_ops(gm)
+            if plan.changes_graph:
+                rewrite_graph(gm, plan.schedule, plan.syncs,
+                              join_before_last=mode == GE_MODE and not plan.is_single_stream)
+                verify_rewrite(gm, plan.op_graph, mode).raise_if_failed()
+        except Exception as exc:
+            restore(gm.graph, snap)
+            gm.recompile()
+            if strict():
+                raise
+            return PassReport(nodes, Outcome.HAND_TAGGED, f"{reason}; replacing it failed: "
+                              f"{type(exc).__name__}: {exc}", check=checked)
+        return PassReport(nodes, Outcome.APPLIED, f"hand placement replaced "
+                          f"(replace_hand_tags; it had {found}): " + _applied_reason(plan),
+                          plan, check=checked)
 
 
 def digest_code(digest: str) -> types.CodeType:

@@ -1,4 +1,4 @@
-"""The CLI's subcommands: ``autostream plan``, ``calibrate``, ``demo``, ``compare``.
+"""The CLI's subcommands: ``autostream plan``, ``check``, ``calibrate``, ``demo``, ``compare``.
 
 May import: anything (the CLI's subcommands sit on top of the package).
 """
