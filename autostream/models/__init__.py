@@ -6,4 +6,5 @@ Standard Task Graph Set, and ``modelspec`` loads a model from a ``module:functio
 string (``MODEL_SPEC``).
 
 May import: scheduling.
+experts may import: comm, dialects, scheduling (its layers are written with the air ops).
 """

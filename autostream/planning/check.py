@@ -32,7 +32,7 @@ from autostream.dialects.torchair_modes import (
 from autostream.dialects.verify import verify_rewrite
 from autostream.fx.graph import communicates, is_view_op, op_effects
 from autostream.planning.plan import Plan, PlanOptions, build_problem, load_cost_model, plan_graph
-from autostream.scheduling.schedule import JOIN, Schedule, Sync
+from autostream.scheduling.schedule import JOIN, Schedule
 from autostream.scheduling.simulate import simulate_plan
 
 if TYPE_CHECKING:
