@@ -113,6 +113,12 @@ EXPERIMENTS = (
                "GE, natives stubbed): dependences the final program leaves uncovered (the "
                "target is 0), scopes, syncs and the predicted speed-up against the plan made "
                "for CUDA events."),
+    Experiment("experts.py", "Meet the experts: hand-placed streams (predicted)",
+               "vLLM-Ascend's, vLLM's and SGLang's hand placements in MoE and MLA layers, "
+               "rebuilt op by op: races the checker finds, predicted time of one stream, the "
+               "expert's placement and autostream's plan per shape and table, autostream's "
+               "choice per shape beside the experts' switches, predictions beside the published "
+               "gains; no device.", ("--tokens", "1", "32", "4096")),
     Experiment("memory.py", "Peak memory: predicted, measured, budgeted",
                "Predicted against measured peak memory of multi-stream plans (CPU threads "
                "runtime), and what the memory budget keeps of the fan-out model's speed-up."),

@@ -86,6 +86,8 @@ DEEPSEEK_V3 = Config("deepseek_v3", 7168, 2048, 256, 8, 32, 2048, heads=128, q_l
 #: routed experts' width (Qwen3-MoE itself has none); EP over 16 ranks
 QWEN3_MOE = Config("qwen3_moe", 4096, 1536, 128, 8, 16, 1536)
 CONFIGS = {c.name: c for c in (DEEPSEEK_V3, QWEN3_MOE)}
+#: the tensor-parallel group of the shared expert's all-reduce (and of SGLang's MoE)
+TP = 8
 
 
 # -- the ops a real layer calls that ATen has no single op for --------------------------
@@ -109,7 +111,7 @@ def _define_ops() -> None:
     def slots(t: int, k: int, e: int) -> int:
         return math.ceil(t * k / e)
 
-    def dispatch(x, ids, local, group):
+    def dispatch(x, ids, local, group, group_size=1):
         t, h = x.shape
         rows = x.index_select(0, torch.arange(ids.numel()) // ids.shape[1])
         c = slots(t, ids.shape[1], local)
@@ -117,17 +119,18 @@ def _define_ops() -> None:
         out[: rows.shape[0]] = rows
         return out.view(local, c, h)
 
-    define("dispatch(Tensor x, Tensor topk_ids, int local_experts, str group) -> Tensor",
-           dispatch, lambda x, ids, local, group: x.new_empty(
+    define("dispatch(Tensor x, Tensor topk_ids, int local_experts, str group, "
+           "int group_size=1) -> Tensor",
+           dispatch, lambda x, ids, local, group, group_size=1: x.new_empty(
                local, slots(x.shape[0], ids.shape[1], local), x.shape[1]))
 
-    def combine(y, weights, group):
+    def combine(y, weights, group, group_size=1):
         t, k = weights.shape
         rows = y.reshape(-1, y.shape[-1])[: t * k].view(t, k, -1)
         return (rows * weights.unsqueeze(-1).to(rows.dtype)).sum(1)
 
-    define("combine(Tensor y, Tensor topk_weights, str group) -> Tensor", combine,
-           lambda y, w, group: y.new_empty(w.shape[0], y.shape[-1]))
+    define("combine(Tensor y, Tensor topk_weights, str group, int group_size=1) -> Tensor",
+           combine, lambda y, w, group, group_size=1: y.new_empty(w.shape[0], y.shape[-1]))
     # the same on one rank (tensor-parallel MoE: tokens sorted by expert, no all-to-all)
     define("permute(Tensor x, Tensor topk_ids, int local_experts, str group) -> Tensor",
            dispatch, lambda x, ids, local, group: x.new_empty(
@@ -135,13 +138,15 @@ def _define_ops() -> None:
     define("unpermute(Tensor y, Tensor topk_weights, str group) -> Tensor", combine,
            lambda y, w, group: y.new_empty(w.shape[0], y.shape[-1]))
 
-    def combine_(out, y, weights, group):
+    def combine_(out, y, weights, group, group_size=1):
         return out.copy_(combine(y, weights, group))
 
-    define("combine_(Tensor(a!) out, Tensor y, Tensor topk_weights, str group) -> Tensor(a!)",
-           combine_, lambda out, y, w, group: out)
-    define("all_reduce(Tensor x, str group) -> Tensor", lambda x, group: x.clone(),
-           lambda x, group: torch.empty_like(x))
+    define("combine_(Tensor(a!) out, Tensor y, Tensor topk_weights, str group, "
+           "int group_size=1) -> Tensor(a!)",
+           combine_, lambda out, y, w, group, group_size=1: out)
+    define("all_reduce(Tensor x, str group, int group_size=1) -> Tensor",
+           lambda x, group, group_size=1: x.clone(),
+           lambda x, group, group_size=1: torch.empty_like(x))
 
     def quant(x):
         scale = x.abs().amax(-1, keepdim=True).clamp_min(1e-6) / 127
@@ -218,8 +223,8 @@ class _Writer:
         self.specs[name] = (tuple(int(s) for s in shape), dtype)
         return self.graph.placeholder(name)
 
-    def __call__(self, op, *args) -> torch.fx.Node:
-        node = self.graph.call_function(op, args)
+    def __call__(self, op, *args, **kwargs) -> torch.fx.Node:
+        node = self.graph.call_function(op, args, kwargs)
         frame = sys._getframe(1)
         code = _line(frame.f_code.co_filename, frame.f_lineno)
         node.meta["stack_trace"] = (f'  File "{frame.f_code.co_filename}", line '
@@ -344,8 +349,11 @@ def _swiglu(w: _Writer, y):
 
 
 def _routed(w: _Writer, cfg: Config, x, ids, weights, w1, w2, dispatch=None):
-    dispatch = dispatch or torch.ops.experts.dispatch
-    sent = w(dispatch.default, x, ids, cfg.local_experts, "ep")
+    if dispatch is None:
+        sent = w(torch.ops.experts.dispatch.default, x, ids, cfg.local_experts, "ep",
+                 group_size=cfg.ep)
+    else:
+        sent = w(dispatch.default, x, ids, cfg.local_experts, "ep")
     up = w(aten.bmm.default, sent, w1)
     act = _swiglu(w, up)
     down = w(aten.bmm.default, act, w2)
@@ -361,9 +369,9 @@ def _coarse(w, cfg, s, heads, t):
         shared_done = w.record()
     _, ids, weights = _router(w, cfg, x, gate)
     _, down = _routed(w, cfg, x, ids, weights, w1, w2)
-    routed = w(torch.ops.experts.combine.default, down, weights, "ep")
+    routed = w(torch.ops.experts.combine.default, down, weights, "ep", group_size=cfg.ep)
     w.wait(shared_done)
-    reduced = w(torch.ops.experts.all_reduce.default, shared, "tp")
+    reduced = w(torch.ops.experts.all_reduce.default, shared, "tp", group_size=TP)
     return w(aten.add.Tensor, routed, reduced)
 
 
@@ -371,7 +379,8 @@ def _fine(w, cfg, s, heads, t, race: bool = False):
     x, gate, w1, w2, sw1, sw2 = _moe_inputs(w, cfg, s, t)
     _, ids, weights = _router(w, cfg, x, gate)
     before_dispatch = w.record()
-    sent = w(torch.ops.experts.dispatch.default, x, ids, cfg.local_experts, "ep")
+    sent = w(torch.ops.experts.dispatch.default, x, ids, cfg.local_experts, "ep",
+             group_size=cfg.ep)
     with w.stream("moe_secondary"):
         w.wait(before_dispatch)
         shared_act = _swiglu(w, w(aten.mm.default, x, sw1))
@@ -383,11 +392,12 @@ def _fine(w, cfg, s, heads, t, race: bool = False):
         shared = w(aten.mm.default, shared_act, sw2)
         shared_done = w.record()
     if race:  # vLLM #28942: the routed result written into hidden_states in place
-        routed = w(torch.ops.experts.combine_.default, x, down, weights, "ep")
+        routed = w(torch.ops.experts.combine_.default, x, down, weights, "ep",
+                   group_size=cfg.ep)
     else:
-        routed = w(torch.ops.experts.combine.default, down, weights, "ep")
+        routed = w(torch.ops.experts.combine.default, down, weights, "ep", group_size=cfg.ep)
     w.wait(shared_done)
-    reduced = w(torch.ops.experts.all_reduce.default, shared, "tp")
+    reduced = w(torch.ops.experts.all_reduce.default, shared, "tp", group_size=TP)
     return w(aten.add.Tensor, routed, reduced)
 
 
@@ -401,7 +411,8 @@ def _fine_w8a8(w, cfg, s, heads, t):
     logits, ids, weights = _router(w, cfg, x, gate)
     after_logits = w.record()
     w.wait(quant_done)
-    sent = w(torch.ops.experts.dispatch.default, xq, ids, cfg.local_experts, "ep")
+    sent = w(torch.ops.experts.dispatch.default, xq, ids, cfg.local_experts, "ep",
+             group_size=cfg.ep)
     after_dispatch = w.record()
     with w.stream("moe_secondary"):
         w.wait(after_logits)
@@ -416,9 +427,9 @@ def _fine_w8a8(w, cfg, s, heads, t):
         w.wait(after_gmm2)
         shared = w(torch.ops.experts.gmm_w8a8.default, shared_act, sw2, scale_w)
         shared_done = w.record()
-    routed = w(torch.ops.experts.combine.default, down, weights, "ep")
+    routed = w(torch.ops.experts.combine.default, down, weights, "ep", group_size=cfg.ep)
     w.wait(shared_done)
-    reduced = w(torch.ops.experts.all_reduce.default, shared, "tp")
+    reduced = w(torch.ops.experts.all_reduce.default, shared, "tp", group_size=TP)
     return w(aten.add.Tensor, routed, reduced)
 
 
@@ -434,7 +445,7 @@ def _dual_stream(w, cfg, s, heads, t):
     shared = w(aten.mm.default, _swiglu(w, w(aten.mm.default, x, sw1)), sw2)
     w.wait(routed_done)
     both = w(aten.add.Tensor, routed, shared)
-    return w(torch.ops.experts.all_reduce.default, both, "tp")
+    return w(torch.ops.experts.all_reduce.default, both, "tp", group_size=TP)
 
 
 def _mla_inputs(w, cfg, s, heads, t):

@@ -169,12 +169,20 @@ def _races(placement: HandPlacement, deps: nx.DiGraph, unordered: list[tuple[str
     return tuple(out)
 
 
-def _simulate_hand(plan: Plan, placement: HandPlacement, streams: int,
-                   unordered: list[tuple[str, str]], costs: CostModel) -> float:
-    """The placement's predicted time on ``plan``'s costs, races left unordered."""
+def simulate_hand(plan: Plan, placement: HandPlacement, streams: int,
+                  unordered: list[tuple[str, str]], costs: CostModel,
+                  min_share: float = 0.0, launch_us: float | None = None,
+                  latency_us: float | None = None) -> float:
+    """The placement's predicted time on ``plan``'s costs, races left unordered.
+    ``min_share``, ``launch_us`` (the host issuing one op every that many us) and
+    ``latency_us`` change the device model, to see which part a prediction rests on."""
     problem = build_problem(plan.op_graph, plan.estimates, streams,
-                            plan.problem.sync_latency_us, transfers=plan.transfers)
+                            plan.problem.sync_latency_us if latency_us is None else latency_us,
+                            transfers=plan.transfers)
     problem.graph.remove_edges_from(unordered)
+    for _, data in problem.graph.nodes(data=True):
+        if data.get("duration", 0) > 0:
+            data["share"] = max(data.get("share", 1.0), min_share)
     stream_of = dict(placement.stream_of)
     order: list[str] = []
     pinned = problem.pinned
@@ -186,17 +194,20 @@ def _simulate_hand(plan: Plan, placement: HandPlacement, streams: int,
     zero = dict.fromkeys(order, 0.0)
     schedule = Schedule("hand", stream_of, tuple(order), zero, zero, 0.0, 0.0)
     if schedule.streams_used <= 1:
-        return simulate_plan(problem, schedule, ()).makespan
+        return simulate_plan(problem, schedule, (), launch_overhead_us=launch_us or 0.0).makespan
     syncs = [s for s in placement.syncs if s.consumer == JOIN or (s.producer, s.consumer)
              not in set(unordered)]
-    timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=costs.runtime_op_us,
+    launch = costs.runtime_op_us if launch_us is None else launch_us
+    timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=launch,
                              segment_overhead_us=costs.runtime_segment_us)
     return timeline.makespan + costs.runtime_call_us
 
 
 def check_placement(gm: torch.fx.GraphModule, mode: str, options: PlanOptions,
-                    cost_model: CostModel) -> HandCheck:
-    """:func:`check` with the planner's options and cost model given (the pass's own)."""
+                    cost_model: CostModel, ge_placement: bool = True) -> HandCheck:
+    """:func:`check` with the planner's options and cost model given (the pass's own).
+    ``ge_placement=False``: autostream's plan is timed as planned, without GE's moves of
+    lazy views and waits (which the hand placement's time leaves out too)."""
     check_mode(mode)
     placement = read_placement(gm, mode)
     acl = mode == "acl"
@@ -204,7 +215,7 @@ def check_placement(gm: torch.fx.GraphModule, mode: str, options: PlanOptions,
     plan = plan_graph(placement.graph, dataclasses.replace(options, max_streams=streams),
                       cost_model, acl_reinplace_hazards if acl else None,
                       acl_scope_overhead_us(cost_model.sync_latency_us) if acl else 0.0,
-                      GE_PLACEMENT if mode == "ge" else None)
+                      GE_PLACEMENT if mode == "ge" and ge_placement else None)
     deps = plan.op_graph
     written = torch.fx.GraphModule(placement.graph, copy.deepcopy(placement.graph.graph))
     rewrite_graph(written, placement.schedule(), placement.syncs)
@@ -215,7 +226,7 @@ def check_placement(gm: torch.fx.GraphModule, mode: str, options: PlanOptions,
     problems = [_relabel(p, side) for p in problems]
     comm_streams = sorted({placement.stream_of[n] for n in placement.order
                            if communicates(deps.nodes[n]["fx"])})
-    hand_us = _simulate_hand(plan, placement, streams, unordered, cost_model)
+    hand_us = simulate_hand(plan, placement, streams, unordered, cost_model)
     return HandCheck(
         mode, _races(placement, deps, unordered), (*placement.problems, *problems),
         tuple(placement.labels[s] for s in comm_streams) if len(comm_streams) > 1 else (),
@@ -231,12 +242,15 @@ def _relabel(problem: str, side: dict[int, str]) -> str:
 
 def check(gm: torch.fx.GraphModule, mode: str = "cuda", cost_table: Any = None,
           max_streams: int = 2, time_limit: float | None = None,
-          max_memory_increase: float | str | None = None) -> HandCheck:
+          max_memory_increase: float | str | None = None, ge_placement: bool = True
+          ) -> HandCheck:
     """Check the streams placed by hand in a captured graph ``gm`` (left unchanged).
 
     ``mode``: the target's semantics, ``"cuda"`` (events), ``"ge"`` (TorchAir GE) or
     ``"acl"`` (TorchAir ACL graph).  autostream's plan uses at least as many streams as
     the placement; ``max_memory_increase=None``: no memory budget (the placement has none).
+    Under ``"ge"`` autostream's plan is timed as GE places it (``ge_placement``); the hand
+    placement as written.
 
     >>> from autostream.runtime.builder import DialectBuilder
     >>> b = DialectBuilder(); x = b.input("x")
@@ -248,8 +262,8 @@ def check(gm: torch.fx.GraphModule, mode: str = "cuda", cost_table: Any = None,
     """
     options = PlanOptions(max_streams=max_streams, cost_table=None, time_limit=time_limit,
                           max_memory_increase=max_memory_increase)
-    return check_placement(gm, mode, options, load_cost_model(cost_table))
+    return check_placement(gm, mode, options, load_cost_model(cost_table), ge_placement)
 
 
 __all__ = ["MAIN", "HandCheck", "Race", "TORCHAIR_MODE", "check", "check_placement",
-           "source_line"]
+           "simulate_hand", "source_line"]
