@@ -95,11 +95,11 @@ def main() -> None:
           f"than {100 * MIN_RELATIVE_GAIN:.0f}%: {len(beyond)}); faster: {len(faster)}; expert "
           f"slower than one stream: {len(loses)}")
     for r in slower:
-        print(f"  slower: {r['config']} {r['recipe']} {r['tokens']} {r['table']}: "
+        print(f"- slower: {r['config']} {r['recipe']} {r['tokens']} {r['table']}: "
               f"{r['auto']:.1f} ({r['streams']} stream(s)) vs {r['hand']:.1f} us "
               f"({100 * (r['auto'] / r['hand'] - 1):+.2f}%; one stream {r['single']:.1f} us)")
     for r in loses:
-        print(f"  expert loses to one stream: {r['config']} {r['recipe']} {r['tokens']} "
+        print(f"- expert loses to one stream: {r['config']} {r['recipe']} {r['tokens']} "
               f"{r['table']}: {r['hand']:.1f} vs {r['single']:.1f} us")
 
     print("\nShape switches: autostream's streams per token count, and the expert's switch")
@@ -112,7 +112,7 @@ def main() -> None:
                 cells = ", ".join(
                     f"{r['tokens']}: {r['streams']} ({'on' if switch is None or r['tokens'] <= switch else 'off'})"
                     for r in mine)
-                print(f"  {config} {recipe} {table}: tokens: autostream streams (expert overlap) "
+                print(f"- {config} {recipe} {table}: tokens: autostream streams (expert overlap) "
                       f"{cells}")
 
     print("\nReality check: predicted gain of the placement at the reported shape, scaled by "
@@ -142,7 +142,7 @@ def main() -> None:
             gain = single / hand - 1
             cells.append(f"{label} {100 * gain * share:+.1f}%")
             reality.append((name, label, gain * share, reported - 1))
-        print(f"  {name}: reported {100 * (reported - 1):+.1f}%; predicted (x share "
+        print(f"- {name}: reported {100 * (reported - 1):+.1f}%; predicted (x share "
               f"{share:.2f}): " + "; ".join(cells))
     elapsed = time.perf_counter() - t0
     print(f"\n{elapsed:.0f} s for {len(rows)} cases")
