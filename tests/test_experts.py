@@ -80,6 +80,9 @@ def test_no_false_races_on_the_experts_recipes(recipe):
     assert result.dependences_checked > 10
     assert result.hand_streams == 2
     assert 0 < result.bound_us <= result.autostream_us <= result.single_stream_us * 1.0001
+    if recipe != "mla_decode":  # record/wait only: race-free under every target
+        for mode in {"cuda", "ge", "acl"} - {TARGET[recipe]}:
+            assert check(layer.gm, mode, "h200", time_limit=0.3).races == (), mode
 
 
 def test_the_hidden_race_is_found_with_its_source_line():
@@ -214,3 +217,10 @@ def test_join_is_read_from_a_trailing_wait_and_missing_joins_are_problems():
     problems = check(gm, "cuda", "h200").problems
     assert any("not joined" in p for p in problems)
     assert check(gm, "ge", "h200").problems == ()  # GE joins every stream at the output
+
+
+def test_wait_tensor_under_acl_is_a_problem_not_a_silent_pass():
+    layer = build("mla_decode", "deepseek_v3", tokens=8)
+    result = check(layer.gm, "acl", "ascend910b", time_limit=0.3)
+    assert any("wait_tensor" in p and "ACL" in p for p in result.problems)
+    assert not result.ok
