@@ -134,12 +134,14 @@ import json, sys, torch
 if sys.argv[1] == "torchair":
     from experiments.torchair_real import torchair_or_reason
     torchair_or_reason()
+    __import__("torchair.scope._wait_tensor")
     assert not __import__("autostream.dialects.torchair", fromlist=["_STANDIN"])._STANDIN
 else:
-    from autostream.dialects.torchair import air_ops
-    air_ops()
+    from autostream.dialects.torchair import air_ops, wait_tensor_op
+    air_ops(), wait_tensor_op()
 ops = [torch.ops.air.scope_enter.default, torch.ops.air.scope_exit.default,
-       torch.ops.air.record.default, torch.ops.air.wait.default]
+       torch.ops.air.record.default, torch.ops.air.wait.default,
+       torch.ops.air.wait_tensor.default]
 enter = torch.ops.air.scope_enter(["_user_stream_label"], ["stream_1"], True)
 if sys.argv[1] == "torchair":
     from torchair.scope._scope_attr import local

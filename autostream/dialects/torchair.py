@@ -62,15 +62,18 @@ def _try_import_torchair() -> bool:
     try:
         importlib.import_module("torch_npu")
         importlib.import_module("torchair")
-        # Importing the scope module registers the air ops in TorchAir; wait_tensor's
-        # module is imported lazily by TorchAir and defines its op unconditionally, so it
-        # must come before any stand-in of it.
+        # Importing the scope module registers the air ops in TorchAir.
         importlib.import_module("torchair.scope")
-        importlib.import_module("torchair.scope._wait_tensor")
-        return True
     except Exception as exc:  # CANN missing, version mismatch, ...
         log.debug("TorchAir not usable (%s); using autostream's stand-in air ops", exc)
         return False
+    try:
+        # TorchAir imports wait_tensor's module lazily and defines its op unconditionally:
+        # it must come before any stand-in of it
+        importlib.import_module("torchair.scope._wait_tensor")
+    except Exception as exc:  # noqa: BLE001 - its GE converter's imports
+        log.debug("TorchAir's wait_tensor not importable (%s)", exc)
+    return True
 
 
 #: the stand-ins' scope attribute stack, per thread, as TorchAir's ``scope/_scope_attr.py``
