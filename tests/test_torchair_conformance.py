@@ -269,3 +269,46 @@ def test_harness_a_const_is_no_stream_task():
     assert [line.split(" ")[0] for line in found.waits_off_compute] == ["C2"]
     ordered = ge_findings(ops[:2] + [_GeOp("Read", "MatMul", ["P:0", "C:0"])], origin, fx, {})
     assert ordered.uncovered == [] and ordered.waits_off_compute == []
+
+
+EXPERTS = """
+import json
+from experiments.torchair_real import torchair_or_reason, lower
+torchair_or_reason()
+from experiments.torchair_conformance import findings
+from autostream.models.experts import RECIPES, build
+from autostream.planning.check import check
+out = {}
+for recipe in RECIPES:
+    layer = build(recipe, "deepseek_v3", tokens=8, scale=64)
+    for mode, target in (("reduce-overhead", "acl"), ("max-autotune", "ge")):
+        found = findings(lower(layer.gm, layer.inputs(64), mode))
+        races = check(layer.gm, target, "ascend910b", time_limit=0.2).races
+        out[f"{recipe} {target}"] = {
+            "torchair": [u.split(" ")[0] + " " + u.split("-> ")[1].split(" ")[0]
+                         for u in found.uncovered],
+            "checker": [" ".join(r.ops) for r in races]}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_hand_placements_checked_as_torchair_lowers_them(torchair_cache):
+    """The experts' recipes through TorchAir's own lowering: what its final program leaves
+    unordered against what ``autostream.check`` reports, under the same mode."""
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", EXPERTS], cwd=ROOT,
+                          env={**os.environ, **torchair_cache}, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    for recipe in ("coarse", "fine_bf16", "fine_w8a8", "dual_stream", "v4_prolog"):
+        for target in ("acl", "ge"):
+            assert seen[f"{recipe} {target}"] == {"torchair": [], "checker": []}, recipe
+    # vLLM #28942's race: the ACL program leaves it, the checker names it, in both modes
+    race = "mm_default_1 combine__default"
+    assert seen["fine_bf16_race acl"] == {"torchair": [race], "checker": [race]}
+    assert seen["fine_bf16_race ge"]["checker"] == [race]
+    # npu_wait_tensor orders nothing in an ACL graph: what the program leaves, the checker
+    # names (and more: the harness does not follow data through wait_tensor)
+    mla = seen["mla_decode acl"]
+    assert mla["torchair"] and set(mla["torchair"]) <= set(mla["checker"])

@@ -21,7 +21,8 @@ Semantics by target (``mode``): ``"cuda"`` orders only what records and waits or
 ``"ge"``: GE orders every cross-stream data edge itself and joins every stream before the
 graph's output, a record stands for its stream's last op alone (``torchair.md``);
 ``"acl"``: a side scope waits for the graph's start only and is joined at the output
-(TorchAir's tagged events per scope), and ``air.wait_tensor`` has no ACL kernel.
+(TorchAir's tagged events per scope), and ``air.wait_tensor`` orders nothing (no ACL pass
+handles it; its kernels raise).
 
 >>> import torch
 >>> from autostream.runtime.builder import DialectBuilder
@@ -196,10 +197,12 @@ class _Reader:
                                          f"made before it")
         elif is_wait_tensor(node):
             self.saw("wait_tensor")
-            if self.mode == "acl":
+            if self.mode == "acl":  # TorchAir's ACL passes leave it alone: it orders nothing
                 self.problems.append(
-                    f"{node.name}: air.wait_tensor (npu_wait_tensor) has no ACL graph kernel "
-                    f"(TorchAir's CPU and NPU kernels raise): use air.record/air.wait")
+                    f"{node.name}: air.wait_tensor (npu_wait_tensor) orders nothing in an ACL "
+                    f"graph and has no kernel there (TorchAir's CPU and NPU kernels raise): "
+                    f"use air.record/air.wait")
+                return
             producer = _producer(node.args[1])
             if producer is not None:
                 self.pending.setdefault(current, []).append(producer)

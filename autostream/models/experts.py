@@ -312,7 +312,7 @@ def build(recipe: str, config: Config | str = DEEPSEEK_V3, tokens: int = 32, sca
     heads = _scaled(cfg.heads, scale) if cfg.heads else 0
     w = _Writer()
     out = _BUILDERS[recipe](w, cfg, s, heads, tokens)
-    w.graph.output(out)
+    w.graph.output(tuple(out) if isinstance(out, tuple) else (out,))  # as AOT graphs return
     gm = torch.fx.GraphModule(torch.nn.Module(), w.graph)
     mode = FakeTensorMode(allow_non_fake_inputs=False)
     with mode:
