@@ -227,3 +227,9 @@ def test_wait_tensor_under_acl_is_a_problem_not_a_silent_pass():
     # ordering nothing there, the side stream's results reach main unordered (as TorchAir's
     # own ACL program leaves them: tests/test_torchair_conformance.py)
     assert {r.ops[1] for r in result.races} >= {"mla_attention_default"}
+
+
+def test_check_cli_names_a_graph_without_placement(capsys):
+    rc = cli_main(["check", "autostream.models.zoo:article_model"])
+    assert rc == 2
+    assert "nothing placed by hand" in capsys.readouterr().err
