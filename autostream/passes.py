@@ -401,7 +401,9 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             strip_stream_ops(gm)
             if plan.changes_graph:
                 rewrite_graph(gm, plan.schedule, plan.syncs,
-                              join_before_last=mode == GE_MODE and not plan.is_single_stream)
+                              join_before_last=mode == GE_MODE and not plan.is_single_stream,
+                              core_scopes={s: scope_keys(b, costs.profile.cores)
+                                           for s, b in plan.core_budgets.items()})
                 verify_rewrite(gm, plan.op_graph, mode).raise_if_failed()
         except Exception as exc:
             restore(gm.graph, snap)

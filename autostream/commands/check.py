@@ -67,4 +67,4 @@ def run(args: argparse.Namespace) -> int:
     print(result.describe())
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result.summary(), indent=2) + "\n")
-    return 1 if result.races or result.collective_streams else 0
+    return 0 if result.ok else 1
