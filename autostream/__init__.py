@@ -9,6 +9,7 @@ and elsewhere ``torch.compile(model, backend="autostream")`` plans and runs it.
 
 from autostream.backend import backend
 from autostream.passes import AutoStreamPass, PassReport
+from autostream.planning.check import check
 from autostream.planning.plan import Plan, PlanOptions, plan_graph
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import JOIN, Schedule, Sync
@@ -24,6 +25,7 @@ __all__ = [
     "SchedulingProblem",
     "Sync",
     "backend",
+    "check",
     "__version__",
     "plan_graph",
 ]

@@ -9,11 +9,11 @@ import logging
 import pytest
 import torch
 
+from autostream import check
 from autostream.cli import main as cli_main
 from autostream.dialects.hand import read_placement
 from autostream.models.experts import RECIPES, build
 from autostream.passes import AutoStreamPass, Outcome
-from autostream.planning.check import check
 from autostream.runtime.builder import DialectBuilder
 from autostream.scheduling.schedule import JOIN, Sync
 
