@@ -31,6 +31,7 @@ from autostream.comm import has_communication
 from autostream.comm.agree import check_through_store, graph_key, outcome_digest
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
+from autostream.dialects.input_mutations import ge_output_ref_edges
 from autostream.dialects.rewrite import restore, rewrite_graph, snapshot
 from autostream.dialects.torchair import is_stream_op
 from autostream.dialects.torchair_modes import (
@@ -327,7 +328,8 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             costs = self.cost_model_for(graph_device(gm.graph, example_inputs))
             acl = mode in ACL_MODES
             plan = plan_graph(gm, self.options(), costs,
-                              acl_reinplace_hazards if acl else None,
+                              acl_reinplace_hazards if acl else
+                              ge_output_ref_edges if mode == GE_MODE else None,
                               acl_scope_overhead_us(costs.sync_latency_us) if acl else 0.0,
                               GE_PLACEMENT if mode == GE_MODE else None)
         except Exception as exc:  # the pass must never break compilation

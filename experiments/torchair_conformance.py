@@ -58,11 +58,20 @@ class Findings:
     waits_off_compute: list[str] = field(default_factory=list)
     scopes: int = 0
     syncs: int = 0
+    #: how much was checked: (reader, writer) pairs on input memory an output ref or a
+    #: reinplaced op writes, side streams checked for their join, view ops followed
+    checked_output_refs: int = 0
+    checked_joins: int = 0
+    checked_views: int = 0
 
     @property
     def ok(self) -> bool:
         return not (self.uncovered or self.unlabelled_views or self.dropped_joins
                     or self.uncovered_output_refs or self.waits_off_compute)
+
+    def checked(self) -> dict[str, int]:
+        return {"refs_checked": self.checked_output_refs, "joins_checked": self.checked_joins,
+                "views_checked": self.checked_views}
 
     def counts(self) -> dict[str, int]:
         return {"uncovered": len(self.uncovered), "unlabelled": len(self.unlabelled_views),
@@ -116,6 +125,15 @@ def _storages(graph: torch.fx.Graph) -> dict[Any, Any]:
                             key[node] = base
                         key[(node, i)] = base
     return key
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    schema = node.target._schema
+    return bool(schema.returns) and all(
+        r.alias_info is not None and not r.alias_info.is_write for r in schema.returns) \
+        and not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
 def _accesses(node: torch.fx.Node, storage: dict[Any, Any]) -> tuple[set, set]:
@@ -207,11 +225,15 @@ def acl_findings(gm: torch.fx.GraphModule) -> Findings:
         sa, pa, _ = where[a]
         return where[b][2].get(sa, -1) >= pa
 
+    inputs = {n for n in graph.nodes if n.op == "placeholder"}
     last_access: dict[Any, list[tuple[torch.fx.Node, bool]]] = {}
     for node in order:
         reads, writes = _accesses(node, storage)
+        found.checked_views += node.op == "call_function" and not reads and not writes \
+            and isinstance(node.target, torch._ops.OpOverload)
         for s in reads | writes:
             for earlier, wrote in last_access.get(s, []):
+                found.checked_output_refs += s in inputs and (wrote or s in writes)
                 if (wrote or s in writes) and not before(earlier, node):
                     what = "write" if s in writes else "read"
                     found.uncovered.append(
@@ -224,6 +246,7 @@ def acl_findings(gm: torch.fx.GraphModule) -> Findings:
     output = next(n for n in graph.nodes if n.op == "output")
     out_clock = where[output][2] if output in where else {}
     for stream, n in count.items():
+        found.checked_joins += stream != MAIN
         if stream != MAIN and out_clock.get(stream, -1) < n - 1:
             found.dropped_joins.append(f"{stream} is not joined before output")
     return found
@@ -259,6 +282,9 @@ def _fx_streams(fx: torch.fx.GraphModule) -> dict[str, str]:
             out[node.name] = stack[-1]
     return out
 
+
+#: GE ops whose output may share their first input's memory: readers through them read it
+GE_ALIASING = ("Reshape", "Squeeze", "Unsqueeze", "ExpandDims", "Flatten", "Identity")
 
 #: GE ops that are no task on a stream: they order nothing by their place in it
 NON_TASK = ("Data", "RefData", "Const")
@@ -310,6 +336,7 @@ def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
         return bool(ancestors[b] >> a & 1)
 
     free = NON_TASK
+    fx_views = {n.name for n in fx.graph.nodes if _is_view(n)}
     for i, op in enumerate(ops):
         for producer in _ge_inputs(op)[0]:
             p = index.get(producer)
@@ -322,6 +349,7 @@ def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
             else:
                 found.uncovered.append(line)
         fx_node = origin.get(op.name)
+        found.checked_views += fx_node in fx_views and op.type not in free
         if fx_node is not None and op.type not in free and \
                 fx_stream.get(fx_node, MAIN) != _ge_label(op):
             found.unlabelled_views.append(
@@ -330,6 +358,7 @@ def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
     output = next((i for i, op in enumerate(ops) if op.type == "NetOutput"), None)
     if output is not None:
         for label, last in last_on.items():
+            found.checked_joins += label != MAIN
             if label != MAIN and not before(last, output):
                 found.dropped_joins.append(f"{label} (last op {ops[last].name}) is not "
                                            f"joined before NetOutput")
@@ -339,12 +368,19 @@ def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
             if out_i >= len(out_inputs) or in_i not in data_ops:
                 continue
             writer = index.get(out_inputs[out_i])
-            source = ops[data_ops[in_i]].name
             if writer is None:
                 continue
+            sources = {ops[data_ops[in_i]].name}  # the input, and GE views sharing its memory
+            for op in ops:
+                if op.type in GE_ALIASING and _ge_inputs(op)[0][:1] and \
+                        _ge_inputs(op)[0][0] in sources:
+                    sources.add(op.name)
             for r, op in enumerate(ops):
-                if r != writer and source in _ge_inputs(op)[0] and op.type != "NetOutput" \
-                        and not before(r, writer):
+                if r == writer or not sources & set(_ge_inputs(op)[0]) \
+                        or op.type == "NetOutput":
+                    continue
+                found.checked_output_refs += 1
+                if not before(r, writer):
                     found.uncovered_output_refs.append(
                         f"{op.name} ({_ge_label(op)}) reads input {in_i} that "
                         f"{ops[writer].name} ({_ge_label(ops[writer])}) overwrites")
