@@ -106,6 +106,9 @@ class PassReport:
     rank_digest: str | None = None
     #: the ranks whose digests differ from this one's, in words (``None``: none seen)
     rank_mismatch: str | None = None
+    #: the compiler mode the graph was planned for (TorchAir's ``config.mode``; ``None``:
+    #: CUDA events)
+    mode: str | None = None
 
     @property
     def applied(self) -> bool:
@@ -281,7 +284,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             mode: str | None = None) -> PassReport:
         """Apply the pass, keep and log the report, and return it.  ``mode``: TorchAir's
         ``config.mode`` (what TorchAir will do after the pass depends on it)."""
-        report = self.apply(gm, example_inputs, mode)
+        report = dataclasses.replace(self.apply(gm, example_inputs, mode), mode=mode)
         self.reports.append(report)
         log.log(report.outcome.log_level, "autostream pass on %d-node graph: %s",
                 report.graph_nodes, report.reason)

@@ -45,6 +45,7 @@ class Compiled:
 
     phase: str
     lowered: Lowered
+    before_pass: torch.fx.GraphModule
     after_pass: torch.fx.GraphModule
     report: Any = None
 
@@ -58,12 +59,14 @@ class _Recording:
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any = None,
                  config: Any = None) -> None:
-        if self.inner is not None:
-            self.inner(gm, example_inputs, config)
         from torch.utils._mode_utils import no_dispatch
 
         with no_dispatch():
-            self.seen.append((copy.deepcopy(gm), _report_of(self.inner)))
+            before = copy.deepcopy(gm)
+        if self.inner is not None:
+            self.inner(gm, example_inputs, config)
+        with no_dispatch():
+            self.seen.append((before, copy.deepcopy(gm), _report_of(self.inner)))
 
 
 def _report_of(custom_pass: Any) -> Any:
@@ -105,7 +108,7 @@ def _keeping_programs(package: Any, mode: str, recording: _Recording,
             install_standin_converters(gm)
         origin.clear()
         concrete = original(self, gm, example_inputs, observer)
-        after, report = recording.seen[-1]
+        before, after, report = recording.seen[-1]
         if ge:
             lowered = Lowered(mode, concrete.fx_graph, ge_ops=list(concrete._graph.op),
                               ge_origin=dict(origin),
@@ -113,7 +116,7 @@ def _keeping_programs(package: Any, mode: str, recording: _Recording,
         else:
             lowered = Lowered(mode, concrete.fx_graph, acl_gm=concrete.fx_graph,
                               acl_code=getattr(concrete, "fx_forward", ""))
-        out.append(Compiled(_phase(gm), lowered, after, report))
+        out.append(Compiled(_phase(gm), lowered, before, after, report))
         after.recompile()
         return after
 

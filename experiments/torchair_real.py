@@ -29,7 +29,6 @@ import subprocess
 import sys
 import types
 import zipfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 

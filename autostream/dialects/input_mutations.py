@@ -45,6 +45,43 @@ class InputMutation:
     readers: tuple[str, ...]
 
 
+def is_input_copy(node: Any) -> bool:
+    """``copy_`` into a graph input's memory (through any view): TorchAir GE turns it into an
+    ``Assign`` and then removes it, binding the value to the input instead, so it emits no
+    task that a wait or a record could hold.
+
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda buf, x: buf.copy_(x.exp()))(torch.ones(3), torch.ones(3))
+    >>> [n.name for n in gm.graph.nodes if is_input_copy(n)]
+    ['copy_']
+    """
+    from autostream.fx.graph import is_view_op
+
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function" \
+            or getattr(getattr(node.target, "overloadpacket", None), "__name__", "") != "copy_" \
+            or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    base = node.args[0]
+    while base.op == "call_function" and is_view_op(base) and base.all_input_nodes:
+        base = base.all_input_nodes[0]
+    return base.op == "placeholder"
+
+
+def emits_task(node: Any) -> bool:
+    """Whether GE emits a task for ``node`` that a join's wait can land on: not an input
+    ``copy_`` (removed), nor a ``getitem``, a view or a size op (no device work).
+
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda b, x: b.copy_(x.exp().t()))(torch.ones(2, 2), torch.ones(2, 2))
+    >>> [n.name for n in gm.graph.nodes if emits_task(n)]
+    ['exp']
+    """
+    from autostream.fx.graph import is_meta_only
+
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" \
+        and not is_input_copy(node) and not is_meta_only(node)
+
+
 def input_mutations(gm: torch.fx.GraphModule) -> list[InputMutation]:
     """The input writes of ``gm`` (``copy_`` into a placeholder's memory), in program order.
 

@@ -80,6 +80,22 @@ def _forwards_lazy_view(graph: nx.DiGraph, name: str, stream_of: dict[str, int])
         for p in graph.predecessors(name))
 
 
+def _is_input_copy(graph: nx.DiGraph, name: str) -> bool:
+    from autostream.dialects.input_mutations import is_input_copy
+
+    return name in graph and is_input_copy(graph.nodes[name].get("fx"))
+
+
+def _last_task(order: list[str] | tuple[str, ...], stream_of: dict[str, int],
+               deps: nx.DiGraph) -> str | None:
+    """The last launched op that emits a GE task, where the join's wait lands
+    (:func:`autostream.dialects.input_mutations.emits_task`)."""
+    from autostream.dialects.input_mutations import emits_task
+
+    return next((n for n in reversed(order)
+                 if stream_of[n] >= 0 and emits_task(deps.nodes[n].get("fx"))), None)
+
+
 def _is_factory(graph: nx.DiGraph, name: str) -> bool:
     """An op with no tensor input (``scalar_tensor``, ``zeros``, ``full`` ...): GE may lower
     it to a ``Const`` alone, which is no task on a stream, so a record right after it
@@ -158,7 +174,8 @@ def ge_view_sources(name: str, schedule: Schedule, deps: nx.DiGraph) -> list[str
 def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
     """``schedule`` with each view op whose first consumer is on another side stream, and
     each op without tensor inputs (:func:`_is_factory`) whose first consumer is on another
-    stream, moved onto that stream right before it, and the last launched op on the main
+    stream, moved onto that stream right before it, the last launched task on the main
+    stream, and input ``copy_`` ops (which GE removes) launched after it on the main
     stream.  GE defers a main-stream lazy view to its first consumer, unlabelled; an
     ``expand`` to the same shape or a full ``slice`` emits no GE op
     (``ge_converter/aten/expand.py:22``, ``slice.py:30``), so a record after it follows an
@@ -174,6 +191,14 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
 
     stream_of = dict(schedule.stream_of)
     order = list(schedule.order)
+    # an input copy_ becomes an Assign that GE removes, binding its value to the input and
+    # the graph's output: it is no task.  Launched last on the main stream, after the last
+    # task (where the join's wait lands), it is ordered after every stream
+    copies = [n for n in order if _is_input_copy(deps, n) and deps.out_degree(n) == 0]
+    for name in copies:
+        order.remove(name)
+        order.append(name)
+        stream_of[name] = 0
     for name in order:
         # a main-stream lazy view of a side stream's result: GE would emit it while its
         # consumer's arguments are prepared, before the op the consumer's wait lands on
@@ -208,9 +233,9 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
         order.remove(name)
         order.insert(order.index(users[0]), name)
         stream_of[name] = stream
-    launched = [n for n in order if stream_of[n] >= 0]
-    if launched and stream_of[launched[-1]] != 0:
-        stream_of[launched[-1]] = 0
+    last = _last_task(order, stream_of, deps)
+    if last is not None and stream_of[last] != 0:
+        stream_of[last] = 0
     return dataclasses.replace(schedule, stream_of=stream_of, order=tuple(order))
 
 
@@ -229,6 +254,7 @@ def _task_first(graph: nx.DiGraph, name: str) -> bool:
 
     node = graph.nodes[name].get("fx") if name in graph else None
     if node is None or node.op != "call_function" or _is_factory(graph, name) \
+            or _is_input_copy(graph, name) \
             or not isinstance(node.target, torch._ops.OpOverload) \
             or node.target.namespace != "aten" or is_view_op(node):
         return False
@@ -326,13 +352,13 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
     from autostream.fx.graph import is_view_op
     from autostream.scheduling.schedule import JOIN
 
-    launched = [n for n in schedule.order if schedule.stream_of[n] >= 0]
+    last = _last_task(schedule.order, schedule.stream_of, deps)
     for sync in syncs:
         name = sync.consumer
         if name == JOIN or name in moved or _task_first(deps, name) \
                 or _is_factory(deps, name) or is_view_op(deps.nodes[name]["fx"]):
             continue
-        if name == launched[-1]:
+        if name == last:
             if sync.producer not in moved:
                 return sync.producer, schedule.stream_of[name]
             continue
