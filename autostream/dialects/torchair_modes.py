@@ -234,14 +234,31 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
         order.insert(order.index(users[0]), name)
         stream_of[name] = stream
     last = _last_task(order, stream_of, deps)
-    if last is not None and stream_of[last] != 0:
+    if last is not None:
         stream_of[last] = 0
+        # what is launched after it (views, getitems) and does not depend on it goes before
+        # it: the join's wait, right before it, must follow every side stream's record
+        after = nx.descendants(deps, last)
+        tail = order[order.index(last) + 1:]
+        early = [n for n in tail if n not in after and n not in copies]
+        if early:
+            order = [n for n in order if n not in early]
+            at = order.index(last)
+            order[at:at] = early
+        for name in order[order.index(last) + 1:]:  # views and getitems of it: no tasks
+            stream_of[name] = 0
     return dataclasses.replace(schedule, stream_of=stream_of, order=tuple(order))
 
 
 #: keyword arguments a GE converter turns into attributes or a cast, never into a ``Const``
 _NO_CONST_KWARGS = frozenset({"dtype", "layout", "device", "pin_memory", "memory_format",
                               "non_blocking"})
+
+
+#: defaulted scalar arguments a converter emits no ``Const`` for when left at the default
+#: (``ge_converter/aten/add.py:20-23``, ``sub.py:18-22``: ``alpha == 1`` is skipped)
+_DEFAULTS_WITHOUT_CONST = {"aten.add.Tensor": frozenset({"alpha"}),
+                           "aten.sub.Tensor": frozenset({"alpha"})}
 
 
 def _task_first(graph: nx.DiGraph, name: str) -> bool:
@@ -260,7 +277,8 @@ def _task_first(graph: nx.DiGraph, name: str) -> bool:
         return False
     schema_args = node.target._schema.arguments
     tensor = torch._C.OptionalType(torch._C.TensorType.get())
-    if any(not a.type.isSubtypeOf(tensor) and a.name not in _NO_CONST_KWARGS
+    skipped = _DEFAULTS_WITHOUT_CONST.get(str(node.target), frozenset()) - set(node.kwargs)
+    if any(not a.type.isSubtypeOf(tensor) and a.name not in _NO_CONST_KWARGS | skipped
            for a in schema_args[len(node.args):]):
         return False  # a defaulted scalar argument (alpha, beta ...)
 
