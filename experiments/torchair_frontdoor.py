@@ -169,31 +169,35 @@ class FrontDoorRun:
     results: list[torch.Tensor]
 
 
-def compile_and_run(model: torch.nn.Module, inputs: tuple, mode: str, custom_pass: Any,
-                    entry: str = "get_npu_backend", train: bool = False,
+def compile_and_run(model: torch.nn.Module, inputs: tuple | list[tuple], mode: str,
+                    custom_pass: Any, entry: str = "get_npu_backend", train: bool = False,
                     dynamic: bool | None = None) -> FrontDoorRun:
-    """Compile ``model`` through TorchAir's front door with ``custom_pass`` and run it once
-    on ``inputs`` (a training step when ``train``: the sum of the outputs, backward).
+    """Compile ``model`` through TorchAir's front door with ``custom_pass`` and run it on
+    ``inputs`` (a list of input tuples: one call each, e.g. several lengths under
+    ``dynamic=True``); a training step when ``train`` (the sum of the outputs, backward).
 
     ``model`` and ``inputs`` are copied first, so the caller's stay as they were."""
-    model, inputs = copy.deepcopy(model), tuple(
-        a.clone() if isinstance(a, torch.Tensor) else a for a in inputs)
+    calls = inputs if isinstance(inputs, list) else [inputs]
+    model = copy.deepcopy(model)
     fn, options, package, recording = backend(mode, custom_pass, entry)
     graphs: list[Compiled] = []
+    results: list[torch.Tensor] = []
     torch._dynamo.reset()
     with _keeping_programs(package, mode, recording, graphs):
         compiled = torch.compile(model, backend=fn, options=options or None, dynamic=dynamic)
-        with contextlib.nullcontext() if train else torch.no_grad():
-            outputs = compiled(*inputs)
-            leaves = [t for t in torch.utils._pytree.tree_leaves(outputs)
-                      if isinstance(t, torch.Tensor)]
+        for call in calls:
+            call = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in call)
+            with contextlib.nullcontext() if train else torch.no_grad():
+                outputs = compiled(*call)
+                leaves = [t for t in torch.utils._pytree.tree_leaves(outputs)
+                          if isinstance(t, torch.Tensor)]
+                if train:
+                    sum(t.float().sum() for t in leaves if t.requires_grad).backward()
+            results += [t.detach() for t in leaves]
             if train:
-                sum(t.float().sum() for t in leaves if t.requires_grad).backward()
-    results = [t.detach() for t in leaves]
-    if train:
-        results += [p.grad for p in model.parameters() if p.grad is not None]
-    results += [b.detach() for b in model.buffers()]
-    results += [a for a in inputs if isinstance(a, torch.Tensor)]
+                results += [p.grad.clone() for p in model.parameters() if p.grad is not None]
+            results += [b.detach().clone() for b in model.buffers()]
+            results += [a for a in call if isinstance(a, torch.Tensor)]
     return FrontDoorRun(graphs, results)
 
 

@@ -92,8 +92,11 @@ def _last_task(order: list[str] | tuple[str, ...], stream_of: dict[str, int],
     (:func:`autostream.dialects.input_mutations.emits_task`)."""
     from autostream.dialects.input_mutations import emits_task
 
-    return next((n for n in reversed(order)
-                 if stream_of[n] >= 0 and emits_task(deps.nodes[n].get("fx"))), None)
+    def task(name: str) -> bool:
+        node = deps.nodes[name].get("fx") if name in deps else None
+        return node is None or emits_task(node)
+
+    return next((n for n in reversed(order) if stream_of[n] >= 0 and task(n)), None)
 
 
 def _is_factory(graph: nx.DiGraph, name: str) -> bool:
@@ -226,7 +229,9 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
                 continue
             stream = stream_of[side[0]]
         elif stream < 0 or stream == stream_of[name] \
-                or not (_is_factory(deps, name) or (view and stream > 0)):
+                or not (_is_factory(deps, name) or (view and stream > 0)
+                        or (view and deps.in_degree(name) == 0)):
+            # a view of an input (a weight) has no producer: it follows its first consumer
             continue
         # in a side scope GE converts a view where it stands (labelled, a real op that a
         # record can follow); its other users, if any, then wait for it
@@ -354,9 +359,9 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
                 moved: set[str] = frozenset()) -> tuple[str, int] | None:
     """A consumer whose wait found no op to land on (:func:`ge_wait_targets`) and whose
     producers all run on one other stream, with that stream: running it there needs no
-    wait.  For the last launched op, which stays on the main stream, the producer of the
-    wait instead, with the main stream.  ``None`` when there is none; ops in ``moved`` are
-    not moved again.
+    wait.  For the last launched op, which stays on the main stream, or a consumer whose
+    producers run on several streams, the producer of the wait instead, with the
+    consumer's stream.  ``None`` when there is none; ops in ``moved`` are not moved again.
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
@@ -386,6 +391,9 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
                        deps.in_degree(p) == 0 and is_view_op(deps.nodes[p]["fx"]))}
         if len(streams) == 1 and schedule.stream_of[name] not in streams:
             return name, streams.pop()
+        # producers on several streams: this producer joins the consumer's stream instead
+        if sync.producer not in moved and sync.producer != JOIN:
+            return sync.producer, schedule.stream_of[name]
     return None
 
 

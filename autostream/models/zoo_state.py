@@ -82,3 +82,89 @@ def mlp_model(rows: int = 64, width: int = 256, hidden: int = 512
     """Two MLP towers, for a training step (forward and backward graphs)."""
     torch.manual_seed(13)
     return MLP(width, hidden), (torch.randn(rows, width),)
+
+
+class SliceKVCache(nn.Module):
+    """Attention over a KV cache written by slice assignment (``cache[:n] = k``): with a
+    symbolic ``n`` the write is a ``slice_scatter`` copied back into the buffer."""
+
+    def __init__(self, width: int, max_len: int) -> None:
+        super().__init__()
+        self.q = nn.Linear(width, width)
+        self.k = nn.Linear(width, width)
+        self.v = nn.Linear(width, width)
+        self.register_buffer("k_cache", torch.zeros(max_len, width))
+        self.register_buffer("v_cache", torch.zeros(max_len, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        old = self.k_cache.sum(0) + self.v_cache.sum(0)
+        self.k_cache[:n] = self.k(x)
+        self.v_cache[:n] = self.v(x)
+        scores = torch.softmax(self.q(x) @ self.k_cache[:n].t(), dim=-1)
+        return scores @ self.v_cache[:n] + old
+
+
+class StaticCacheDecode(nn.Module):
+    """One decode step into a static KV cache at a position (``index_copy_``), as
+    transformers' ``StaticCache`` writes it."""
+
+    def __init__(self, width: int, max_len: int) -> None:
+        super().__init__()
+        self.q = nn.Linear(width, width)
+        self.k = nn.Linear(width, width)
+        self.v = nn.Linear(width, width)
+        self.out = nn.Linear(width, width)
+        self.register_buffer("k_cache", torch.zeros(max_len, width))
+        self.register_buffer("v_cache", torch.zeros(max_len, width))
+
+    def forward(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        self.k_cache.index_copy_(0, position, self.k(x))
+        self.v_cache.index_copy_(0, position, self.v(x))
+        scores = torch.softmax(self.q(x) @ self.k_cache.t(), dim=-1)
+        return self.out(scores @ self.v_cache)
+
+
+class TokenDispatchMoE(nn.Module):
+    """Top-1 routed experts that gather their tokens (``index_select``) and scatter the
+    results back (``index_add_``), beside an always-on shared expert."""
+
+    def __init__(self, width: int, experts: int) -> None:
+        super().__init__()
+        self.router = nn.Linear(width, experts, bias=False)
+        self.experts = nn.ModuleList(nn.Linear(width, width) for _ in range(experts))
+        self.shared = nn.Sequential(nn.Linear(width, 2 * width), nn.SiLU(),
+                                    nn.Linear(2 * width, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        chosen = self.router(x).argmax(-1)
+        order = torch.argsort(chosen)
+        tokens = x.index_select(0, order)
+        picked = chosen.index_select(0, order)
+        routed = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            mask = (picked == i).unsqueeze(-1).to(x.dtype)
+            routed.index_add_(0, order, expert(tokens) * mask)
+        return self.shared(x) + routed
+
+
+def slice_kv_cache_model(tokens: int = 16, width: int = 128, max_len: int = 64
+                         ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Attention over a KV cache written by slice assignment (``tokens`` rows)."""
+    torch.manual_seed(14)
+    return SliceKVCache(width, max_len), (torch.randn(tokens, width),)
+
+
+def static_cache_decode_model(tokens: int = 4, width: int = 128, max_len: int = 64
+                              ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """``tokens`` new tokens written into a static KV cache at positions 8, 9, ..."""
+    torch.manual_seed(15)
+    return StaticCacheDecode(width, max_len), (torch.randn(tokens, width),
+                                               torch.arange(8, 8 + tokens))
+
+
+def token_dispatch_moe_model(tokens: int = 32, width: int = 128, experts: int = 4
+                             ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """A token-dispatch MoE (``index_select`` / ``index_add_``) with a shared expert."""
+    torch.manual_seed(16)
+    return TokenDispatchMoE(width, experts), (torch.randn(tokens, width),)
