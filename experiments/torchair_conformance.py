@@ -398,6 +398,7 @@ def findings(lowered: Any) -> Findings:
 
 #: ``npugraph_ex``: torch-npu's backend of that name, the pass given in ``options=``
 MODES = ("reduce-overhead", "max-autotune", "npugraph_ex")
+DYNAMIC_MODES = ("reduce-overhead", "max-autotune")
 TABLES = ("ascend910b", "h200")
 STREAMS = (2, 4)
 
@@ -448,10 +449,46 @@ class WithoutRefEdges:
 @dataclass(frozen=True)
 class Case:
     """A model of the table: ``factory() -> (model, inputs)``; ``train``: a training step
-    (forward and backward graphs), else inference under ``torch.no_grad()``."""
+    (forward and backward graphs), else inference under ``torch.no_grad()``; ``calls``:
+    compiled with ``dynamic=True`` and run on ``calls()``, the inputs at several lengths."""
 
     factory: Any
     train: bool = False
+    calls: Any = None
+
+
+def _at_lengths(factory: Any, lengths: tuple[int, ...]) -> Any:
+    """``calls`` for a zoo factory taking ``tokens``: its inputs at each length."""
+    return lambda: [factory(tokens=n)[1] for n in lengths]
+
+
+def _ids_at_lengths(lengths: tuple[int, ...]) -> Any:
+    """``calls`` for a transformers decoder without cache: prompts of each length."""
+    def calls() -> list[tuple]:
+        generator = torch.Generator().manual_seed(0)
+        return [(torch.randint(3, 64, (1, n), generator=generator),) for n in lengths]
+    return calls
+
+
+def dynamic_models(names: Iterable[str] | None = None) -> dict[str, Case]:
+    """The ``dynamic=True`` cases: static-KV-cache decode, a KV cache written by slice
+    assignment, a token-dispatch MoE and a transformers MoE decoder, each run at 3
+    lengths (2+ tokens: Dynamo specialises sizes 0 and 1)."""
+    import functools
+
+    from autostream.models import hf_zoo, zoo_state
+
+    wanted = None if names is None else set(names)
+    out = {"static_cache_decode": Case(zoo_state.static_cache_decode_model, calls=_at_lengths(
+               zoo_state.static_cache_decode_model, (2, 3, 5))),
+           "slice_kv_cache": Case(zoo_state.slice_kv_cache_model, calls=_at_lengths(
+               zoo_state.slice_kv_cache_model, (16, 24, 40))),
+           "token_dispatch_moe": Case(zoo_state.token_dispatch_moe_model, calls=_at_lengths(
+               zoo_state.token_dispatch_moe_model, (16, 24, 40)))}
+    if (wanted is None or "qwen3_moe_prompt" in wanted) and hf_zoo.available(["qwen3_moe"]):
+        out["qwen3_moe_prompt"] = Case(functools.partial(hf_zoo.qwen3_moe, cache="none"),
+                                       calls=_ids_at_lengths((8, 12, 20)))
+    return {n: c for n, c in out.items() if wanted is None or n in wanted}
 
 
 #: transformers cases: name -> (architecture, cache mode, training step)
@@ -493,7 +530,7 @@ def case_model(name: str) -> Case:
     from experiments.core_budget_demo import demo_model
 
     found = {"core_budget_demo": Case(demo_model)} if name == "core_budget_demo" \
-        else models([name])
+        else {**models([name]), **dynamic_models([name])}
     if name not in found:
         raise SystemExit(f"unknown or unavailable model {name!r}: one of "
                          f"{', '.join([*models(), 'core_budget_demo'])}")
@@ -528,15 +565,18 @@ def run_case(case: Case, streams: int, table: str, mode: str, drop_sync: bool = 
     from experiments import torchair_frontdoor as front_door
 
     model, inputs = case.factory()
+    calls = case.calls() if case.calls is not None else inputs
+    dynamic = True if case.calls is not None else None
     autostream_pass = AutoStreamPass(max_streams=streams, cost_table=table,
                                      core_budgets=core_budgets)
     custom = WithoutMode(autostream_pass) if without_mode else autostream_pass
     custom = WithoutRefEdges(custom) if drop_ref_edges else custom
     custom = DropOneSync(custom) if drop_sync else custom
-    run = front_door.compile_and_run(model, inputs, mode, custom, entry_of(mode), case.train)
+    run = front_door.compile_and_run(model, calls, mode, custom, entry_of(mode), case.train,
+                                     dynamic)
     if baseline is None:
-        baseline = front_door.compile_and_run(model, inputs, mode, None, entry_of(mode),
-                                              case.train)
+        baseline = front_door.compile_and_run(model, calls, mode, None, entry_of(mode),
+                                              case.train, dynamic)
     compared, differing = front_door.same_results(baseline, run)
     return CaseResult([(g.phase, findings(g.lowered), g.report) for g in run.graphs],
                       compared, differing, run)
@@ -575,12 +615,16 @@ def case_rows(name: str, case: Case) -> list[dict[str, Any]]:
 
     out = []
     model, inputs = case.factory()
-    baselines = {mode: front_door.compile_and_run(model, inputs, mode, None, entry_of(mode),
-                                                  case.train) for mode in MODES}
+    calls = case.calls() if case.calls is not None else inputs
+    dynamic = True if case.calls is not None else None
+    modes = MODES if case.calls is None else DYNAMIC_MODES
+    baselines = {mode: front_door.compile_and_run(model, calls, mode, None, entry_of(mode),
+                                                  case.train, dynamic) for mode in modes}
+    static = Case(case.factory, case.train)
     for streams in STREAMS:
         for table in TABLES:
             cuda = None
-            for mode in MODES:
+            for mode in modes:
                 if mode == "npugraph_ex" and streams != max(STREAMS):
                     continue
                 result = run_case(case, streams, table, mode, baseline=baselines[mode])
@@ -602,32 +646,39 @@ def case_rows(name: str, case: Case) -> list[dict[str, Any]]:
                     "results": f"{result.results_compared - len(result.results_differing)}"
                                f"/{result.results_compared}",
                     "results_differing": len(result.results_differing),
+                    "rejected": sum(r.outcome.name == "REWRITE_REJECTED" for r in reports),
                     "speedup": _speedup(reports), "before_refs": before,
                     "cuda_speedup": cuda})
+                if case.calls is not None:  # its static twin: one length, static shapes
+                    twin = run_case(static, streams, table, mode)
+                    out[-1]["static_speedup"] = _speedup(
+                        [r for _, _, r in twin.graphs if r is not None])
     return out
 
 
-def rows(names: list[str] | None = None) -> list[dict[str, Any]]:
-    """One row per model, stream count, table and mode."""
-    return [row for name, case in models(names or None).items()
-            for row in case_rows(name, case)]
+def rows(names: list[str] | None = None, dynamic: bool = False) -> list[dict[str, Any]]:
+    """One row per model, stream count, table and mode (``dynamic``: the ``dynamic=True``
+    cases)."""
+    cases = dynamic_models(names or None) if dynamic else models(names or None)
+    return [row for name, case in cases.items() for row in case_rows(name, case)]
 
 
 HEAD = ["model", "streams", "table", "mode", "graphs", "applied", "scopes", "syncs",
         "uncovered", "unlabelled", "dropped_joins", "output_refs", "waits_off_compute",
-        "waits_on_const", "refs_checked", "joins_checked", "views_checked", "results",
-        "speedup", "before_refs", "cuda_speedup"]
+        "waits_on_const", "rejected", "refs_checked", "joins_checked", "views_checked",
+        "results", "speedup", "before_refs", "cuda_speedup"]
 #: the problems a row counts (each must be 0), and what it checked
 PROBLEMS = ("uncovered", "unlabelled", "dropped_joins", "output_refs", "waits_off_compute",
-            "results_differing")
+            "rejected", "results_differing")
 CHECKED = ("refs_checked", "joins_checked", "views_checked")
 
 
 def markdown(table_rows: list[dict[str, Any]]) -> str:
     """The table, then per mode the totals, what was checked and the mean predicted
     speed-up: with the output refs ordered, before they were, and the CUDA plan's."""
-    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    lines += ["| " + " | ".join(str(r[h]) for h in HEAD) + " |" for r in table_rows]
+    head = HEAD + ["static_speedup"] * any("static_speedup" in r for r in table_rows)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(r[h]) for h in head) + " |" for r in table_rows]
     totals = ("applied", *PROBLEMS, "waits_on_const", *CHECKED)
     lines += ["", "| mode | cases | " + " | ".join(totals) + " | mean speedup | "
               "mean before_refs | mean cuda_speedup |", "|---" * (len(totals) + 5) + "|"]
@@ -649,6 +700,9 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", help="only these models")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="the dynamic=True cases, each run at 3 lengths, beside the "
+                             "predicted speed-up of its static twin")
     parser.add_argument("--case", nargs=4, metavar=("MODEL", "STREAMS", "TABLE", "MODE"),
                         help="one case, printed as JSON (what the tests run, in a process "
                              "of its own: importing TorchAir changes torch.ops.air)")
@@ -681,16 +735,23 @@ def main(argv: list[str] | None = None) -> None:
                         if r is not None and r.plan is not None else {}}
                        for phase, f, r in result.graphs]}))
         return
-    table_rows = rows(args.models)
     release = "" if torch.__version__.startswith("2.14") else \
         " (torch-npu 2.14.0 pins torch 2.14: run this under torch 2.14 for figures to trust)"
     print(f"TorchAir from the torch-npu 2.14.0 wheel beside torch {torch.__version__}"
-          f"{release}.\n")
-    print(markdown(table_rows))
-    record_headlines(table_rows)
+          f"{release}; graphs compiled through TorchAir's own backends.\n")
+    static_rows = [] if args.dynamic else rows(args.models)
+    dynamic_rows = rows(args.models, dynamic=True) if args.dynamic or not args.models else []
+    if static_rows:
+        print(markdown(static_rows))
+    if dynamic_rows:
+        print("\nWith `dynamic=True`: each case compiled once and run at 3 lengths, beside the "
+              "predicted speed-up of its static twin (one length, static shapes).\n")
+        print(markdown(dynamic_rows))
+    record_headlines(static_rows, dynamic_rows)
 
 
-def record_headlines(table_rows: list[dict[str, Any]]) -> None:
+def record_headlines(table_rows: list[dict[str, Any]],
+                     dynamic_rows: list[dict[str, Any]] = ()) -> None:
     from experiments.headline import Headline, record
 
     out = []
@@ -709,6 +770,21 @@ def record_headlines(table_rows: list[dict[str, Any]]) -> None:
         out.append(Headline(f"TorchAir {mode}: mean predicted speed-up, without the output-ref "
                             f"order, and the plan for CUDA events",
                             f"{mean:.2f}x vs {before:.2f}x vs {cuda:.2f}x", "-", None))
+    if dynamic_rows:
+        table = dynamic_rows
+        for mode in DYNAMIC_MODES:
+            rs = [r for r in table if r["mode"] == mode]
+            holes = sum(r[k] for r in rs for k in PROBLEMS)
+            views = sum(r["views_checked"] for r in rs)
+            mean, static = (sum(r[k] for r in rs) / len(rs)
+                            for k in ("speedup", "static_speedup"))
+            out.append(Headline(f"TorchAir {mode}, dynamic=True at 3 lengths: dependences, "
+                                f"joins, rejected rewrites and results wrong ({len(rs)} "
+                                f"cases, {views} views checked)", str(holes), "0",
+                                holes == 0 and views > 0))
+            out.append(Headline(f"TorchAir {mode}, dynamic=True: mean predicted speed-up "
+                                f"against the static twins'", f"{mean:.2f}x vs {static:.2f}x",
+                                "-", None))
     record(__file__, out)
 
 
