@@ -731,6 +731,7 @@ def main(argv: list[str] | None = None) -> None:
             "results_differing": result.results_differing,
             "graphs": [{**dataclasses.asdict(f), "phase": phase,
                         "applied": bool(r and r.applied), "mode_seen": getattr(r, "mode", None),
+                        "outcome": r.outcome.name if r is not None else None,
                         "core_budgets": {str(k): v for k, v in r.plan.core_budgets.items()}
                         if r is not None and r.plan is not None else {}}
                        for phase, f, r in result.graphs]}))

@@ -331,3 +331,19 @@ def test_npugraph_ex_options_path_reaches_the_pass_with_its_mode(torchair_cache)
     assert sum(c["checked_output_refs"] for c in cases) > 0
     for key in PROBLEMS:
         assert total(cases, key) == 0, (key, [c[key][:3] for c in cases])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+@pytest.mark.parametrize("model", ["static_cache_decode", "slice_kv_cache",
+                                   "token_dispatch_moe"])
+def test_dynamic_shapes_keep_the_plan_correct_at_every_length(torchair_cache, model, mode):
+    """``torch.compile(dynamic=True)``: one graph with symbolic sizes serves 3 lengths.  Its
+    rewrite is not rejected, TorchAir's program leaves nothing uncovered, and the results at
+    every length equal the model's compiled without the pass."""
+    cases = run_case(torchair_cache, model, 4, "h200", mode)
+    assert all(c["outcome"] != "REWRITE_REJECTED" for c in cases), cases
+    assert any(c["applied"] for c in cases)
+    assert sum(c["checked_views"] + c["checked_joins"] for c in cases) > 0
+    for key in PROBLEMS:
+        assert total(cases, key) == 0, (key, [c[key][:3] for c in cases])
