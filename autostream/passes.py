@@ -32,6 +32,7 @@ from autostream.comm.agree import check_through_store, graph_key, outcome_digest
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.dialects.hand import strip_stream_ops
+from autostream.dialects.input_mutations import ge_output_ref_edges
 from autostream.dialects.rewrite import restore, rewrite_graph, snapshot
 from autostream.dialects.torchair import is_stream_op
 from autostream.dialects.torchair_modes import (
@@ -107,6 +108,9 @@ class PassReport:
     rank_digest: str | None = None
     #: the ranks whose digests differ from this one's, in words (``None``: none seen)
     rank_mismatch: str | None = None
+    #: the compiler mode the graph was planned for (TorchAir's ``config.mode``; ``None``:
+    #: CUDA events)
+    mode: str | None = None
     #: a hand-tagged graph's placement, checked (``planning.check.HandCheck``)
     check: HandCheck | None = None
 
@@ -293,7 +297,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             mode: str | None = None) -> PassReport:
         """Apply the pass, keep and log the report, and return it.  ``mode``: TorchAir's
         ``config.mode`` (what TorchAir will do after the pass depends on it)."""
-        report = self.apply(gm, example_inputs, mode)
+        report = dataclasses.replace(self.apply(gm, example_inputs, mode), mode=mode)
         self.reports.append(report)
         log.log(report.outcome.log_level, "autostream pass on %d-node graph: %s",
                 report.graph_nodes, report.reason)
@@ -339,7 +343,8 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             costs = self.cost_model_for(graph_device(gm.graph, example_inputs))
             acl = mode in ACL_MODES
             plan = plan_graph(gm, self.options(), costs,
-                              acl_reinplace_hazards if acl else None,
+                              acl_reinplace_hazards if acl else
+                              ge_output_ref_edges if mode == GE_MODE else None,
                               acl_scope_overhead_us(costs.sync_latency_us) if acl else 0.0,
                               GE_PLACEMENT if mode == GE_MODE else None)
         except Exception as exc:  # the pass must never break compilation
@@ -366,7 +371,6 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             return _failed(nodes, Outcome.REWRITE_REJECTED, exc, plan)
         stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
         return PassReport(nodes, Outcome.APPLIED, _applied_reason(plan), plan, stages)
-
 
     def _hand_tagged(self, gm: torch.fx.GraphModule, example_inputs: Any, mode: str | None,
                      tagged: str) -> PassReport:

@@ -58,11 +58,20 @@ class Findings:
     waits_off_compute: list[str] = field(default_factory=list)
     scopes: int = 0
     syncs: int = 0
+    #: how much was checked: (reader, writer) pairs on input memory an output ref or a
+    #: reinplaced op writes, side streams checked for their join, view ops followed
+    checked_output_refs: int = 0
+    checked_joins: int = 0
+    checked_views: int = 0
 
     @property
     def ok(self) -> bool:
         return not (self.uncovered or self.unlabelled_views or self.dropped_joins
                     or self.uncovered_output_refs or self.waits_off_compute)
+
+    def checked(self) -> dict[str, int]:
+        return {"refs_checked": self.checked_output_refs, "joins_checked": self.checked_joins,
+                "views_checked": self.checked_views}
 
     def counts(self) -> dict[str, int]:
         return {"uncovered": len(self.uncovered), "unlabelled": len(self.unlabelled_views),
@@ -116,6 +125,15 @@ def _storages(graph: torch.fx.Graph) -> dict[Any, Any]:
                             key[node] = base
                         key[(node, i)] = base
     return key
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    schema = node.target._schema
+    return bool(schema.returns) and all(
+        r.alias_info is not None and not r.alias_info.is_write for r in schema.returns) \
+        and not any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
 def _accesses(node: torch.fx.Node, storage: dict[Any, Any]) -> tuple[set, set]:
@@ -207,11 +225,15 @@ def acl_findings(gm: torch.fx.GraphModule) -> Findings:
         sa, pa, _ = where[a]
         return where[b][2].get(sa, -1) >= pa
 
+    inputs = {n for n in graph.nodes if n.op == "placeholder"}
     last_access: dict[Any, list[tuple[torch.fx.Node, bool]]] = {}
     for node in order:
         reads, writes = _accesses(node, storage)
+        found.checked_views += node.op == "call_function" and not reads and not writes \
+            and isinstance(node.target, torch._ops.OpOverload)
         for s in reads | writes:
             for earlier, wrote in last_access.get(s, []):
+                found.checked_output_refs += s in inputs and (wrote or s in writes)
                 if (wrote or s in writes) and not before(earlier, node):
                     what = "write" if s in writes else "read"
                     found.uncovered.append(
@@ -224,6 +246,7 @@ def acl_findings(gm: torch.fx.GraphModule) -> Findings:
     output = next(n for n in graph.nodes if n.op == "output")
     out_clock = where[output][2] if output in where else {}
     for stream, n in count.items():
+        found.checked_joins += stream != MAIN
         if stream != MAIN and out_clock.get(stream, -1) < n - 1:
             found.dropped_joins.append(f"{stream} is not joined before output")
     return found
@@ -259,6 +282,9 @@ def _fx_streams(fx: torch.fx.GraphModule) -> dict[str, str]:
             out[node.name] = stack[-1]
     return out
 
+
+#: GE ops whose output may share their first input's memory: readers through them read it
+GE_ALIASING = ("Reshape", "Squeeze", "Unsqueeze", "ExpandDims", "Flatten", "Identity")
 
 #: GE ops that are no task on a stream: they order nothing by their place in it
 NON_TASK = ("Data", "RefData", "Const")
@@ -310,6 +336,7 @@ def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
         return bool(ancestors[b] >> a & 1)
 
     free = NON_TASK
+    fx_views = {n.name for n in fx.graph.nodes if _is_view(n)}
     for i, op in enumerate(ops):
         for producer in _ge_inputs(op)[0]:
             p = index.get(producer)
@@ -322,6 +349,7 @@ def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
             else:
                 found.uncovered.append(line)
         fx_node = origin.get(op.name)
+        found.checked_views += fx_node in fx_views and op.type not in free
         if fx_node is not None and op.type not in free and \
                 fx_stream.get(fx_node, MAIN) != _ge_label(op):
             found.unlabelled_views.append(
@@ -330,6 +358,7 @@ def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
     output = next((i for i, op in enumerate(ops) if op.type == "NetOutput"), None)
     if output is not None:
         for label, last in last_on.items():
+            found.checked_joins += label != MAIN
             if label != MAIN and not before(last, output):
                 found.dropped_joins.append(f"{label} (last op {ops[last].name}) is not "
                                            f"joined before NetOutput")
@@ -339,12 +368,19 @@ def ge_findings(ops: list, origin: dict[str, str], fx: torch.fx.GraphModule,
             if out_i >= len(out_inputs) or in_i not in data_ops:
                 continue
             writer = index.get(out_inputs[out_i])
-            source = ops[data_ops[in_i]].name
             if writer is None:
                 continue
+            sources = {ops[data_ops[in_i]].name}  # the input, and GE views sharing its memory
+            for op in ops:
+                if op.type in GE_ALIASING and _ge_inputs(op)[0][:1] and \
+                        _ge_inputs(op)[0][0] in sources:
+                    sources.add(op.name)
             for r, op in enumerate(ops):
-                if r != writer and source in _ge_inputs(op)[0] and op.type != "NetOutput" \
-                        and not before(r, writer):
+                if r == writer or not sources & set(_ge_inputs(op)[0]) \
+                        or op.type == "NetOutput":
+                    continue
+                found.checked_output_refs += 1
+                if not before(r, writer):
                     found.uncovered_output_refs.append(
                         f"{op.name} ({_ge_label(op)}) reads input {in_i} that "
                         f"{ops[writer].name} ({_ge_label(ops[writer])}) overwrites")
@@ -360,7 +396,9 @@ def findings(lowered: Any) -> Findings:
 
 # ---- the table ------------------------------------------------------------------------
 
-MODES = ("reduce-overhead", "max-autotune")
+#: ``npugraph_ex``: torch-npu's backend of that name, the pass given in ``options=``
+MODES = ("reduce-overhead", "max-autotune", "npugraph_ex")
+DYNAMIC_MODES = ("reduce-overhead", "max-autotune")
 TABLES = ("ascend910b", "h200")
 STREAMS = (2, 4)
 
@@ -391,124 +429,267 @@ class WithoutMode:
         self.inner(gm, example_inputs, None)
 
 
-#: the transformers decoders of the table, and the architecture each one needs
-HF_CASES = {"llama": "llama", "granite_moe": "granite_moe", "qwen3_moe": "qwen3_moe",
-            "gpt_oss": "gpt_oss", "llama_decode": "llama"}
+@dataclass(frozen=True)
+class WithoutRefEdges:
+    """A pass that runs ``inner`` without the order edges for GE's output refs, and without
+    ``verify_rewrite``'s check of them: the negative control of the output-ref check."""
+
+    inner: Any
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Any = None,
+                 config: Any = None) -> None:
+        from unittest import mock
+
+        with mock.patch("autostream.passes.ge_output_ref_edges", lambda gm, graph: []), \
+                mock.patch("autostream.dialects.verify.output_ref_problems",
+                           lambda *args: (0, [])):
+            self.inner(gm, example_inputs, config)
 
 
-def models(names: Iterable[str] | None = None) -> dict[str, Any]:
-    """name -> factory of ``(model, inputs)``: zoo models, buffer writers and transformers
-    decoders (a static-KV-cache decode step among them); only ``names`` when given (only
-    the transformers architectures asked for are looked up: each one imports its module)."""
-    from autostream.models import hf_zoo, zoo
+@dataclass(frozen=True)
+class Case:
+    """A model of the table: ``factory() -> (model, inputs)``; ``train``: a training step
+    (forward and backward graphs), else inference under ``torch.no_grad()``; ``calls``:
+    compiled with ``dynamic=True`` and run on ``calls()``, the inputs at several lengths."""
+
+    factory: Any
+    train: bool = False
+    calls: Any = None
+
+
+def _at_lengths(factory: Any, lengths: tuple[int, ...]) -> Any:
+    """``calls`` for a zoo factory taking ``tokens``: its inputs at each length."""
+    return lambda: [factory(tokens=n)[1] for n in lengths]
+
+
+def _ids_at_lengths(lengths: tuple[int, ...]) -> Any:
+    """``calls`` for a transformers decoder without cache: prompts of each length."""
+    def calls() -> list[tuple]:
+        generator = torch.Generator().manual_seed(0)
+        return [(torch.randint(3, 64, (1, n), generator=generator),) for n in lengths]
+    return calls
+
+
+def dynamic_models(names: Iterable[str] | None = None) -> dict[str, Case]:
+    """The ``dynamic=True`` cases: static-KV-cache decode, a KV cache written by slice
+    assignment, a token-dispatch MoE and a transformers MoE decoder, each run at 3
+    lengths (2+ tokens: Dynamo specialises sizes 0 and 1)."""
+    import functools
+
+    from autostream.models import hf_zoo, zoo_state
 
     wanted = None if names is None else set(names)
-    out = {"inception": zoo.inception_block, "moe": zoo.moe_model,
-           "multihead": zoo.multihead_block, "parallel": zoo.parallel_block,
-           "running_stats": zoo.running_stats_model}
+    out = {"static_cache_decode": Case(zoo_state.static_cache_decode_model, calls=_at_lengths(
+               zoo_state.static_cache_decode_model, (2, 3, 5))),
+           "slice_kv_cache": Case(zoo_state.slice_kv_cache_model, calls=_at_lengths(
+               zoo_state.slice_kv_cache_model, (16, 24, 40))),
+           "token_dispatch_moe": Case(zoo_state.token_dispatch_moe_model, calls=_at_lengths(
+               zoo_state.token_dispatch_moe_model, (16, 24, 40)))}
+    if (wanted is None or "qwen3_moe_prompt" in wanted) and hf_zoo.available(["qwen3_moe"]):
+        out["qwen3_moe_prompt"] = Case(functools.partial(hf_zoo.qwen3_moe, cache="none"),
+                                       calls=_ids_at_lengths((8, 12, 20)))
+    return {n: c for n, c in out.items() if wanted is None or n in wanted}
+
+
+#: transformers cases: name -> (architecture, cache mode, training step)
+HF_CASES = {"llama": ("llama", "none", False), "granite_moe": ("granite_moe", "none", False),
+            "qwen3_moe": ("qwen3_moe", "none", False), "gpt_oss": ("gpt_oss", "none", False),
+            "llama_decode": ("llama", "decode", False),
+            "qwen3_moe_decode": ("qwen3_moe", "decode", False),
+            "gpt_oss_decode": ("gpt_oss", "decode", False),
+            "llama_train": ("llama", "none", True)}
+
+
+def models(names: Iterable[str] | None = None) -> dict[str, Case]:
+    """name -> :class:`Case`: zoo models, models writing their own state, training steps
+    and transformers decoders (static-KV-cache decode steps among them); only ``names``
+    when given (only the transformers architectures asked for are looked up: each one
+    imports its module)."""
+    import functools
+
+    from autostream.models import hf_zoo, zoo, zoo_state
+
+    wanted = None if names is None else set(names)
+    out = {"inception": Case(zoo.inception_block), "moe": Case(zoo.moe_model),
+           "multihead": Case(zoo.multihead_block), "parallel": Case(zoo.parallel_block),
+           "running_stats": Case(zoo.running_stats_model),
+           "batchnorm_train": Case(zoo_state.batchnorm_train_model),
+           "buffer_update": Case(zoo_state.buffer_update_model),
+           "mlp_train": Case(zoo_state.mlp_model, train=True)}
     hf = [n for n in HF_CASES if wanted is None or n in wanted]
-    have = set(hf_zoo.available({HF_CASES[n] for n in hf})) if hf else set()
+    have = set(hf_zoo.available({HF_CASES[n][0] for n in hf})) if hf else set()
     for name in hf:
-        if HF_CASES[name] in have:
-            out[name] = (lambda: hf_zoo.llama(cache="decode")) if name == "llama_decode" \
-                else getattr(hf_zoo, name)
-    return {n: f for n, f in out.items() if wanted is None or n in wanted}
+        arch, cache, train = HF_CASES[name]
+        if arch in have:
+            out[name] = Case(functools.partial(getattr(hf_zoo, arch), cache=cache), train)
+    return {n: c for n, c in out.items() if wanted is None or n in wanted}
 
 
-def case_model(name: str) -> Any:
-    """The factory of the model ``--case`` runs: one of the table's, or the core budget
-    demo."""
+def case_model(name: str) -> Case:
+    """The model ``--case`` runs: one of the table's, or the core budget demo."""
     from experiments.core_budget_demo import demo_model
 
-    found = {"core_budget_demo": demo_model} if name == "core_budget_demo" else models([name])
+    found = {"core_budget_demo": Case(demo_model)} if name == "core_budget_demo" \
+        else {**models([name]), **dynamic_models([name])}
     if name not in found:
         raise SystemExit(f"unknown or unavailable model {name!r}: one of "
                          f"{', '.join([*models(), 'core_budget_demo'])}")
     return found[name]
 
 
-def run_case(factory: Any, streams: int, table: str, mode: str, drop_sync: bool = False,
-             without_mode: bool = False, core_budgets: bool = False
-             ) -> list[tuple[Findings, Any]]:
-    """Capture the model, lower each graph with TorchAir and the pass; findings and reports."""
-    from autostream.fx.capture import capture
+def entry_of(mode: str) -> str:
+    """The front door a mode is compiled through: ``npugraph_ex``'s own backend (the pass
+    in ``options=``) for ``npugraph_ex``, TorchAir's ``get_npu_backend`` otherwise."""
+    return "npugraph_ex" if mode == "npugraph_ex" else "get_npu_backend"
+
+
+@dataclass
+class CaseResult:
+    """One case through TorchAir's front door: per compiled graph its phase, findings and
+    the pass's report; and the run's results against the same model compiled without the
+    pass (bit for bit)."""
+
+    graphs: list[tuple[str, Findings, Any]]
+    results_compared: int
+    results_differing: list[str]
+    run: Any = None
+
+
+def run_case(case: Case, streams: int, table: str, mode: str, drop_sync: bool = False,
+             without_mode: bool = False, core_budgets: bool = False,
+             drop_ref_edges: bool = False, baseline: Any = None) -> CaseResult:
+    """Compile the model through TorchAir's front door with the pass, run it once; the
+    findings of every graph TorchAir compiled and the results against ``baseline`` (the
+    same compiled without the pass; compiled here when not given)."""
     from autostream.passes import AutoStreamPass
-    from experiments import torchair_real
+    from experiments import torchair_frontdoor as front_door
 
-    model, inputs = factory()
-    out = []
-    for graph in capture(model, inputs):
-        autostream_pass = AutoStreamPass(max_streams=streams, cost_table=table,
-                                         core_budgets=core_budgets)
-        custom = WithoutMode(autostream_pass) if without_mode else autostream_pass
-        custom = DropOneSync(custom) if drop_sync else custom
-        lowered = torchair_real.lower(graph.gm, graph.args, mode, custom)
-        out.append((findings(lowered), autostream_pass.last_report))
-    return out
+    model, inputs = case.factory()
+    calls = case.calls() if case.calls is not None else inputs
+    dynamic = True if case.calls is not None else None
+    autostream_pass = AutoStreamPass(max_streams=streams, cost_table=table,
+                                     core_budgets=core_budgets)
+    custom = WithoutMode(autostream_pass) if without_mode else autostream_pass
+    custom = WithoutRefEdges(custom) if drop_ref_edges else custom
+    custom = DropOneSync(custom) if drop_sync else custom
+    run = front_door.compile_and_run(model, calls, mode, custom, entry_of(mode), case.train,
+                                     dynamic)
+    if baseline is None:
+        baseline = front_door.compile_and_run(model, calls, mode, None, entry_of(mode),
+                                              case.train, dynamic)
+    compared, differing = front_door.same_results(baseline, run)
+    return CaseResult([(g.phase, findings(g.lowered), g.report) for g in run.graphs],
+                      compared, differing, run)
 
 
-def _cuda_speedup(factory: Any, streams: int, table: str) -> float:
-    """The predicted speed-up of the plan made without TorchAir's mode (CUDA events)."""
-    from autostream.fx.capture import capture
+def _offline_speedup(run: Any, streams: int, table: str, mode: str | None,
+                     without_ref_edges: bool = False) -> float:
+    """The predicted speed-up of the plan for ``mode`` (``None``: CUDA events), on the
+    graphs TorchAir handed the pass; ``without_ref_edges``: planned without the order
+    edges of GE's output refs (the plan before they were modelled)."""
+    import contextlib
+    import copy
+    from unittest import mock
+
     from autostream.passes import AutoStreamPass
 
-    model, inputs = factory()
     speedups = []
-    for graph in capture(model, inputs):
-        report = AutoStreamPass(max_streams=streams, cost_table=table).run(graph.gm)
+    for graph in run.graphs:
+        with mock.patch("autostream.passes.ge_output_ref_edges", lambda gm, g: []) \
+                if without_ref_edges else contextlib.nullcontext():
+            report = AutoStreamPass(max_streams=streams, cost_table=table).run(
+                copy.deepcopy(graph.before_pass), mode=mode)
         speedups.append(report.plan.predicted_speedup if report.applied else 1.0)
     return round(min(speedups), 2)
 
 
-def rows(names: list[str] | None = None) -> list[dict[str, Any]]:
-    """One row per model, stream count, table and mode."""
-    table_rows = []
-    for name, factory in models(names or None).items():
-        for streams in STREAMS:
-            for table in TABLES:
-                cuda = _cuda_speedup(factory, streams, table)
-                for mode in MODES:
-                    results = run_case(factory, streams, table, mode)
-                    counts = {k: sum(f.counts()[k] for f, _ in results)
-                              for k in results[0][0].counts()}
-                    reports = [r for _, r in results if r is not None]
-                    speedups = [r.plan.predicted_speedup if r.applied else 1.0 for r in reports]
-                    table_rows.append({
-                        "model": name, "streams": streams, "table": table, "mode": mode,
-                        "graphs": len(results), "applied": sum(r.applied for r in reports),
-                        "scopes": sum(f.scopes for f, _ in results),
-                        "syncs": sum(f.syncs for f, _ in results), **counts,
-                        "speedup": round(min(speedups), 2) if speedups else 1.0,
-                        "cuda_speedup": cuda})
-    return table_rows
+def _speedup(reports: list[Any]) -> float:
+    speedups = [r.plan.predicted_speedup if r.applied else 1.0 for r in reports]
+    return round(min(speedups), 2) if speedups else 1.0
+
+
+def case_rows(name: str, case: Case) -> list[dict[str, Any]]:
+    """The rows of one model: every stream count, table and mode (``npugraph_ex`` at the
+    largest stream count)."""
+    from experiments import torchair_frontdoor as front_door
+
+    out = []
+    model, inputs = case.factory()
+    calls = case.calls() if case.calls is not None else inputs
+    dynamic = True if case.calls is not None else None
+    modes = MODES if case.calls is None else DYNAMIC_MODES
+    baselines = {mode: front_door.compile_and_run(model, calls, mode, None, entry_of(mode),
+                                                  case.train, dynamic) for mode in modes}
+    static = Case(case.factory, case.train)
+    for streams in STREAMS:
+        for table in TABLES:
+            cuda = None
+            for mode in modes:
+                if mode == "npugraph_ex" and streams != max(STREAMS):
+                    continue
+                result = run_case(case, streams, table, mode, baseline=baselines[mode])
+                if cuda is None:
+                    cuda = _offline_speedup(result.run, streams, table, None)
+                before = _offline_speedup(result.run, streams, table, mode, True) \
+                    if mode == "max-autotune" else _speedup(
+                        [r for _, _, r in result.graphs if r is not None])
+                founds = [f for _, f, _ in result.graphs]
+                reports = [r for _, _, r in result.graphs if r is not None]
+                counts = {k: sum(f.counts()[k] for f in founds) for k in founds[0].counts()}
+                checked = {k: sum(f.checked()[k] for f in founds) for k in founds[0].checked()}
+                out.append({
+                    "model": name, "streams": streams, "table": table, "mode": mode,
+                    "graphs": "+".join(p[0] for p, _, _ in result.graphs),
+                    "applied": sum(r.applied for r in reports),
+                    "scopes": sum(f.scopes for f in founds),
+                    "syncs": sum(f.syncs for f in founds), **counts, **checked,
+                    "results": f"{result.results_compared - len(result.results_differing)}"
+                               f"/{result.results_compared}",
+                    "results_differing": len(result.results_differing),
+                    "rejected": sum(r.outcome.name == "REWRITE_REJECTED" for r in reports),
+                    "speedup": _speedup(reports), "before_refs": before,
+                    "cuda_speedup": cuda})
+                if case.calls is not None:  # its static twin: one length, static shapes
+                    twin = run_case(static, streams, table, mode)
+                    out[-1]["static_speedup"] = _speedup(
+                        [r for _, _, r in twin.graphs if r is not None])
+    return out
+
+
+def rows(names: list[str] | None = None, dynamic: bool = False) -> list[dict[str, Any]]:
+    """One row per model, stream count, table and mode (``dynamic``: the ``dynamic=True``
+    cases)."""
+    cases = dynamic_models(names or None) if dynamic else models(names or None)
+    return [row for name, case in cases.items() for row in case_rows(name, case)]
 
 
 HEAD = ["model", "streams", "table", "mode", "graphs", "applied", "scopes", "syncs",
         "uncovered", "unlabelled", "dropped_joins", "output_refs", "waits_off_compute",
-        "waits_on_const", "speedup", "cuda_speedup"]
+        "waits_on_const", "rejected", "refs_checked", "joins_checked", "views_checked",
+        "results", "speedup", "before_refs", "cuda_speedup"]
+#: the problems a row counts (each must be 0), and what it checked
+PROBLEMS = ("uncovered", "unlabelled", "dropped_joins", "output_refs", "waits_off_compute",
+            "rejected", "results_differing")
+CHECKED = ("refs_checked", "joins_checked", "views_checked")
 
 
 def markdown(table_rows: list[dict[str, Any]]) -> str:
-    """The table, then per mode the totals and the speed-up against the CUDA plan's."""
-    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
-    lines += ["| " + " | ".join(str(r[h]) for h in HEAD) + " |" for r in table_rows]
-    lines += ["", "| mode | cases | applied | uncovered | unlabelled | dropped_joins | "
-              "output_refs | waits_off_compute | waits_on_const | mean speedup | "
-              "mean cuda_speedup |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    """The table, then per mode the totals, what was checked and the mean predicted
+    speed-up: with the output refs ordered, before they were, and the CUDA plan's."""
+    head = HEAD + ["static_speedup"] * any("static_speedup" in r for r in table_rows)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(r[h]) for h in head) + " |" for r in table_rows]
+    totals = ("applied", *PROBLEMS, "waits_on_const", *CHECKED)
+    lines += ["", "| mode | cases | " + " | ".join(totals) + " | mean speedup | "
+              "mean before_refs | mean cuda_speedup |", "|---" * (len(totals) + 5) + "|"]
     for mode in MODES:
         rs = [r for r in table_rows if r["mode"] == mode]
         if not rs:
             continue
-        total = {k: sum(r[k] for r in rs) for k in ("applied", "uncovered", "unlabelled",
-                                                     "dropped_joins", "output_refs",
-                                                     "waits_off_compute", "waits_on_const")}
-        mean = sum(r["speedup"] for r in rs) / len(rs)
-        cuda = sum(r["cuda_speedup"] for r in rs) / len(rs)
-        lines.append(f"| {mode} | {len(rs)} | {total['applied']} | {total['uncovered']} | "
-                     f"{total['unlabelled']} | {total['dropped_joins']} | "
-                     f"{total['output_refs']} | {total['waits_off_compute']} | "
-                     f"{total['waits_on_const']} | {mean:.2f} | "
-                     f"{cuda:.2f} |")
+        total = [str(sum(r[k] for r in rs)) for k in totals]
+        means = [f"{sum(r[k] for r in rs) / len(rs):.2f}"
+                 for k in ("speedup", "before_refs", "cuda_speedup")]
+        lines.append(f"| {mode} | {len(rs)} | " + " | ".join(total + means) + " |")
     return "\n".join(lines)
 
 
@@ -519,6 +700,9 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", help="only these models")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="the dynamic=True cases, each run at 3 lengths, beside the "
+                             "predicted speed-up of its static twin")
     parser.add_argument("--case", nargs=4, metavar=("MODEL", "STREAMS", "TABLE", "MODE"),
                         help="one case, printed as JSON (what the tests run, in a process "
                              "of its own: importing TorchAir changes torch.ops.air)")
@@ -526,6 +710,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="with --case: delete the first wait after the pass")
     parser.add_argument("--without-mode", action="store_true",
                         help="with --case: the pass does not see TorchAir's config")
+    parser.add_argument("--drop-ref-edges", action="store_true",
+                        help="with --case: plan without the order edges of GE's output "
+                             "refs and skip their check in verify_rewrite (negative control)")
     parser.add_argument("--core-budgets", action="store_true",
                         help="with --case: the pass chooses core budgets (TABLE: a table "
                              "with core counts, e.g. from experiments.core_budget_demo)")
@@ -537,23 +724,35 @@ def main(argv: list[str] | None = None) -> None:
         import json
 
         name, streams, table, mode = args.case
-        results = run_case(case_model(name), int(streams), table, mode, args.drop_sync,
-                           args.without_mode, args.core_budgets)
-        print(json.dumps([{**dataclasses.asdict(f), "applied": bool(r and r.applied),
-                           "core_budgets": {str(k): v for k, v in r.plan.core_budgets.items()}
-                           if r is not None and r.plan is not None else {}}
-                          for f, r in results]))
+        result = run_case(case_model(name), int(streams), table, mode, args.drop_sync,
+                          args.without_mode, args.core_budgets, args.drop_ref_edges)
+        print(json.dumps({
+            "results_compared": result.results_compared,
+            "results_differing": result.results_differing,
+            "graphs": [{**dataclasses.asdict(f), "phase": phase,
+                        "applied": bool(r and r.applied), "mode_seen": getattr(r, "mode", None),
+                        "outcome": r.outcome.name if r is not None else None,
+                        "core_budgets": {str(k): v for k, v in r.plan.core_budgets.items()}
+                        if r is not None and r.plan is not None else {}}
+                       for phase, f, r in result.graphs]}))
         return
-    table_rows = rows(args.models)
     release = "" if torch.__version__.startswith("2.14") else \
         " (torch-npu 2.14.0 pins torch 2.14: run this under torch 2.14 for figures to trust)"
     print(f"TorchAir from the torch-npu 2.14.0 wheel beside torch {torch.__version__}"
-          f"{release}.\n")
-    print(markdown(table_rows))
-    record_headlines(table_rows)
+          f"{release}; graphs compiled through TorchAir's own backends.\n")
+    static_rows = [] if args.dynamic else rows(args.models)
+    dynamic_rows = rows(args.models, dynamic=True) if args.dynamic or not args.models else []
+    if static_rows:
+        print(markdown(static_rows))
+    if dynamic_rows:
+        print("\nWith `dynamic=True`: each case compiled once and run at 3 lengths, beside the "
+              "predicted speed-up of its static twin (one length, static shapes).\n")
+        print(markdown(dynamic_rows))
+    record_headlines(static_rows, dynamic_rows)
 
 
-def record_headlines(table_rows: list[dict[str, Any]]) -> None:
+def record_headlines(table_rows: list[dict[str, Any]],
+                     dynamic_rows: list[dict[str, Any]] = ()) -> None:
     from experiments.headline import Headline, record
 
     out = []
@@ -561,15 +760,32 @@ def record_headlines(table_rows: list[dict[str, Any]]) -> None:
         rs = [r for r in table_rows if r["mode"] == mode]
         if not rs:
             continue
-        holes = sum(r[k] for r in rs for k in ("uncovered", "unlabelled", "dropped_joins",
-                                                "output_refs", "waits_off_compute"))
-        out.append(Headline(f"TorchAir {mode}: dependences left uncovered ({len(rs)} cases, "
-                            f"{sum(r['applied'] for r in rs)} graphs rewritten)",
-                            str(holes), "0", holes == 0))
-        mean = sum(r["speedup"] for r in rs) / len(rs)
-        cuda = sum(r["cuda_speedup"] for r in rs) / len(rs)
-        out.append(Headline(f"TorchAir {mode}: mean predicted speed-up, against the plan "
-                            f"for CUDA events", f"{mean:.2f}x vs {cuda:.2f}x", "-", None))
+        holes = sum(r[k] for r in rs for k in PROBLEMS)
+        refs = sum(r["refs_checked"] for r in rs)
+        out.append(Headline(f"TorchAir {mode} (front door): dependences, output refs, joins "
+                            f"and results wrong ({len(rs)} cases, "
+                            f"{sum(r['applied'] for r in rs)} graphs rewritten, {refs} output "
+                            f"refs checked)", str(holes), "0", holes == 0 and refs > 0))
+        mean, before, cuda = (sum(r[k] for r in rs) / len(rs)
+                              for k in ("speedup", "before_refs", "cuda_speedup"))
+        out.append(Headline(f"TorchAir {mode}: mean predicted speed-up, without the output-ref "
+                            f"order, and the plan for CUDA events",
+                            f"{mean:.2f}x vs {before:.2f}x vs {cuda:.2f}x", "-", None))
+    if dynamic_rows:
+        table = dynamic_rows
+        for mode in DYNAMIC_MODES:
+            rs = [r for r in table if r["mode"] == mode]
+            holes = sum(r[k] for r in rs for k in PROBLEMS)
+            views = sum(r["views_checked"] for r in rs)
+            mean, static = (sum(r[k] for r in rs) / len(rs)
+                            for k in ("speedup", "static_speedup"))
+            out.append(Headline(f"TorchAir {mode}, dynamic=True at 3 lengths: dependences, "
+                                f"joins, rejected rewrites and results wrong ({len(rs)} "
+                                f"cases, {views} views checked)", str(holes), "0",
+                                holes == 0 and views > 0))
+            out.append(Headline(f"TorchAir {mode}, dynamic=True: mean predicted speed-up "
+                                f"against the static twins'", f"{mean:.2f}x vs {static:.2f}x",
+                                "-", None))
     record(__file__, out)
 
 

@@ -29,7 +29,6 @@ import subprocess
 import sys
 import types
 import zipfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,9 @@ WHEEL_SPEC = "torch-npu==2.14.0"
 #: where the wheel and its unpacked TorchAir are cached (override with AUTOSTREAM_TORCHAIR_CACHE)
 CACHE_ENV = "AUTOSTREAM_TORCHAIR_CACHE"
 _PACKAGE = "torch_npu/dynamo/torchair/"
+#: torch-npu's ``npugraph_ex`` backend: a package of its own (ACL graph only), imported as
+#: the top-level ``npugraph_ex`` (``torch_npu/dynamo/__init__.py:_exec``)
+_NPUGRAPH_EX = "torch_npu/dynamo/npugraph_ex/"
 _NATIVE = ("torchair.core._torchair", "torchair.core._npu_graph_executor",
            "torchair.core._npu_utils", "torchair.core._abi_compat_ge_apis")
 
@@ -57,7 +59,8 @@ def fetch_torchair(cache: Path | None = None, timeout: float = 300.0) -> Path:
     """
     cache = cache or cache_dir()
     root = cache / "unpacked"
-    if (root / "torchair" / "__init__.py").exists():
+    if (root / "torchair" / "__init__.py").exists() \
+            and (root / "npugraph_ex" / "__init__.py").exists():
         return root
     wheels = cache / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -77,13 +80,17 @@ def fetch_torchair(cache: Path | None = None, timeout: float = 300.0) -> Path:
                                       f"reachable?): {tail[0]}")
     partial = cache / "unpacking"
     with zipfile.ZipFile(found[0]) as wheel:
-        for name in wheel.namelist():
-            if name.startswith(_PACKAGE) and name.endswith(".py"):
-                target = partial / "torchair" / name[len(_PACKAGE):]
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(wheel.read(name))
-    if not root.exists():
-        partial.rename(root)
+        for prefix, package in ((_PACKAGE, "torchair"), (_NPUGRAPH_EX, "npugraph_ex")):
+            for name in wheel.namelist():
+                if name.startswith(prefix) and name.endswith(".py"):
+                    target = partial / package / name[len(prefix):]
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(wheel.read(name))
+    if root.exists():  # an older cache without npugraph_ex
+        import shutil
+
+        shutil.rmtree(root)
+    partial.rename(root)
     return root
 
 
@@ -155,8 +162,9 @@ def _stream_limit_standins(npu: types.ModuleType) -> None:
     graph (``torch.npu.current_stream``, ``get_stream_limit``, ``set_stream_limit``): FX
     names a node by its target's ``__name__``, which a stub has not."""
 
-    def current_stream() -> str:
-        return "stream"
+    def current_stream() -> types.SimpleNamespace:
+        # what ``replace_stream_event_pass`` reads of the current stream
+        return types.SimpleNamespace(stream_id=0, device_index=0, device_type=20)
 
     def get_stream_limit(stream: Any) -> dict[str, int]:
         return {"cube_core_num": 0, "vector_core_num": 0}
@@ -168,10 +176,11 @@ def _stream_limit_standins(npu: types.ModuleType) -> None:
         setattr(npu, fn.__name__, fn)
 
 
-def load_torchair(root: Path) -> types.ModuleType:
-    """Import ``torchair`` from ``root`` with only its native parts stubbed (idempotent)."""
-    if "torchair" in sys.modules:
-        return sys.modules["torchair"]
+def load_torchair(root: Path, package: str = "torchair") -> types.ModuleType:
+    """Import ``torchair`` (or torch-npu's ``npugraph_ex``) from ``root`` with only its native
+    parts stubbed (idempotent)."""
+    if package in sys.modules:
+        return sys.modules[package]
     import torch
 
     if not any(isinstance(f, _StubFinder) for f in sys.meta_path):
@@ -180,24 +189,25 @@ def load_torchair(root: Path) -> types.ModuleType:
         torch.npu = _StubModule("torch.npu")
         sys.modules["torch.npu"] = torch.npu
         _stream_limit_standins(torch.npu)
-    sys.path.insert(0, str(root))
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
     # TorchAir's ~1,100 modules are compiled from source at every import where bytecode is
     # not written (PYTHONDONTWRITEBYTECODE, common in CI): keep theirs beside the source
     bytecode = sys.dont_write_bytecode, sys.pycache_prefix
     sys.dont_write_bytecode, sys.pycache_prefix = False, str(root.parent / "pycache")
     try:
-        torchair = importlib.import_module("torchair")
-        importlib.import_module("torchair.scope")
-        pattern_util = importlib.import_module("torchair.patterns.pattern_util")
+        module = importlib.import_module(package)
+        importlib.import_module(f"{package}.scope")
+        pattern_util = importlib.import_module(f"{package}.patterns.pattern_util")
     except Exception as exc:
-        raise TorchAirUnavailable(f"importing TorchAir from {root} failed: "
+        raise TorchAirUnavailable(f"importing {package} from {root} failed: "
                                   f"{type(exc).__name__}: {exc}") from exc
     finally:
         sys.dont_write_bytecode, sys.pycache_prefix = bytecode
     for name in dir(pattern_util):
         if name.startswith("_register_") and "pattern" in name:
             setattr(pattern_util, name, lambda *args, **kwargs: None)
-    return torchair
+    return module
 
 
 def torchair_or_reason() -> tuple[types.ModuleType | None, str]:
@@ -278,49 +288,3 @@ class Lowered:
     output_ref: dict = dataclasses.field(default_factory=dict)
 
 
-def lower(gm: Any, args: Sequence[Any], mode: str, custom_pass: Any = None) -> Lowered:
-    """Run TorchAir's own compiler on ``gm`` (a copy; ``gm`` is not changed) in ``mode``
-    (``"reduce-overhead"`` or ``"max-autotune"``), with ``custom_pass`` as its
-    ``post_grad_custom_pre_pass``, up to the program it would run: ``_optimize_fx``,
-    ``_valid_graph``, the converter and ``optimize_graph_without_runtime``."""
-    import contextlib
-
-    import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torchair._ge_concrete_graph.fx2ge_converter import GeConcreteGraph
-    from torchair._utils.graph_transform_observer import GraphTransformObserver
-    from torchair.configs.compiler_config import CompilerConfig
-    from torchair.npu_fx_compiler import _NpuFxCompiler
-
-    config = CompilerConfig()
-    config.mode = mode
-    if custom_pass is not None:
-        config.post_grad_custom_pre_pass = custom_pass
-    install_standin_converters(gm)
-    origin: dict[str, str] = {}
-    original_context = GeConcreteGraph.converter_context
-
-    @contextlib.contextmanager
-    def recording_context(self, *, node):
-        before = len(self._graph.op)
-        with original_context(self, node=node):
-            yield
-        for op in list(self._graph.op)[before:]:
-            origin.setdefault(op.name, node.name)
-
-    fake_mode = FakeTensorMode()
-    fake = [fake_mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
-    observer = GraphTransformObserver(gm, fake, config)
-    GeConcreteGraph.converter_context = recording_context
-    try:
-        with fake_mode:
-            concrete = _NpuFxCompiler(config)._gen_compiled_gm(gm, fake, observer)
-        # the stand-in converters are installed after the custom pass ran; ops it added
-        # (none today) would need one too
-    finally:
-        GeConcreteGraph.converter_context = original_context
-    if mode == "max-autotune":
-        return Lowered(mode, concrete.fx_graph, ge_ops=list(concrete._graph.op),
-                       ge_origin=origin, output_ref=dict(concrete._graph_output_ref_input or {}))
-    return Lowered(mode, concrete.fx_graph, acl_gm=concrete.fx_graph,
-                   acl_code=concrete.fx_forward)

@@ -42,14 +42,24 @@ def torchair_cache(request):
     return {CACHE_ENV: str(cache)}
 
 
-def run_case(env, model, streams, table, mode, drop_sync=False, without_mode=False):
+def run_whole_case(env, model, streams, table, mode, *flags):
+    """One case through TorchAir's front door, in a process of its own: ``{"graphs": [...],
+    "results_compared": n, "results_differing": [...]}``."""
     cmd = [sys.executable, "-W", "ignore", "-m", "experiments.torchair_conformance", "--case",
-           model, str(streams), table, mode] + (["--drop-sync"] if drop_sync else []) \
-        + (["--without-mode"] if without_mode else [])
+           model, str(streams), table, mode, *flags]
     done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **env}, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_case(env, model, streams, table, mode, drop_sync=False, without_mode=False):
+    """The graphs of one case; the run's results must equal the model's compiled without
+    the pass, bit for bit."""
+    flags = (["--drop-sync"] if drop_sync else []) + (["--without-mode"] if without_mode else [])
+    case = run_whole_case(env, model, streams, table, mode, *flags)
+    assert case["results_compared"] > 0 and case["results_differing"] == [], case
+    return case["graphs"]
 
 
 def total(cases, key):
@@ -193,12 +203,8 @@ def test_core_budgets_pass_both_modes_as_limit_core_num(torchair_cache, mode, tm
     from experiments.core_budget_demo import demo_table
 
     table = demo_table(tmp_path / "demo.json")
-    cmd = [sys.executable, "-W", "ignore", "-m", "experiments.torchair_conformance", "--case",
-           "core_budget_demo", "2", str(table), mode, "--core-budgets"]
-    done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, **torchair_cache},
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    [case] = json.loads(done.stdout.strip().splitlines()[-1])
+    [case] = run_whole_case(torchair_cache, "core_budget_demo", 2, str(table), mode,
+                            "--core-budgets")["graphs"]
     assert case["applied"] and case["core_budgets"] == {"1": 0.75}
     for key in ("uncovered", "unlabelled_views", "dropped_joins", "uncovered_output_refs"):
         assert case[key] == [], (key, case[key][:3])
@@ -271,11 +277,123 @@ def test_harness_a_const_is_no_stream_task():
     assert ordered.uncovered == [] and ordered.waits_off_compute == []
 
 
+PROBLEMS = ("uncovered", "unlabelled_views", "dropped_joins", "uncovered_output_refs",
+            "waits_off_compute")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+@pytest.mark.parametrize("model", ["buffer_update", "batchnorm_train", "llama_decode"])
+def test_front_door_input_mutations_are_ordered(torchair_cache, model, mode):
+    """Graphs TorchAir's own backend hands the pass keep input mutations
+    (``keep_inference_input_mutations``): a buffer updated with ``add_``, a train-mode batch
+    norm's running statistics, a static KV cache.  Every reader of an input's old value runs
+    before the op TorchAir lets write it, and the check saw such pairs."""
+    cases = run_case(torchair_cache, model, 4, "h200", mode)
+    assert sum(c["checked_output_refs"] for c in cases) > 0
+    for key in PROBLEMS:
+        assert total(cases, key) == 0, (key, [c[key][:3] for c in cases])
+
+
+@pytest.mark.slow
+def test_negative_control_without_output_ref_edges_is_caught(torchair_cache):
+    """A train-mode batch norm at 2 streams planned without the order edges of GE's output
+    refs (and without ``verify_rewrite``'s check of them): the reader of the running mean's
+    old value races the op GE binds to it, and the harness names it."""
+    [case] = run_whole_case(torchair_cache, "batchnorm_train", 2, "h200", "max-autotune",
+                            "--drop-ref-edges")["graphs"]
+    assert case["applied"] and case["uncovered_output_refs"], case
+    [kept] = run_case(torchair_cache, "batchnorm_train", 2, "h200", "max-autotune")
+    assert kept["applied"] and kept["checked_output_refs"] > 0
+    assert kept["uncovered_output_refs"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("streams", [2, 4])
+def test_front_door_training_step_joins_every_side_stream_in_ge(torchair_cache, streams):
+    """A training step: forward and backward graphs, each rewritten; in GE every side-stream
+    op that feeds an output (gradient ``t``/``view`` ops included) is joined before
+    ``NetOutput``, and the gradients equal those of the model compiled without the pass."""
+    cases = run_case(torchair_cache, "mlp_train", streams, "h200", "max-autotune")
+    assert [c["phase"] for c in cases] == ["forward", "backward"]
+    assert all(c["applied"] for c in cases)
+    assert sum(c["checked_joins"] for c in cases) >= 2
+    for key in PROBLEMS:
+        assert total(cases, key) == 0, (key, [c[key][:3] for c in cases])
+
+
+@pytest.mark.slow
+def test_npugraph_ex_options_path_reaches_the_pass_with_its_mode(torchair_cache):
+    """``torch.compile(model, backend="npugraph_ex", options={"post_grad_custom_pre_pass":
+    pass})``: torch-npu's own ``npugraph_ex`` package compiles it, and the pass plans for
+    ``mode == "npugraph_ex"`` (the ACL graph)."""
+    cases = run_case(torchair_cache, "batchnorm_train", 4, "h200", "npugraph_ex")
+    assert [c["mode_seen"] for c in cases] == ["npugraph_ex"]
+    assert all(c["applied"] for c in cases)
+    assert sum(c["checked_output_refs"] for c in cases) > 0
+    for key in PROBLEMS:
+        assert total(cases, key) == 0, (key, [c[key][:3] for c in cases])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+@pytest.mark.parametrize("model", ["static_cache_decode", "slice_kv_cache",
+                                   "token_dispatch_moe"])
+def test_dynamic_shapes_keep_the_plan_correct_at_every_length(torchair_cache, model, mode):
+    """``torch.compile(dynamic=True)``: one graph with symbolic sizes serves 3 lengths.  Its
+    rewrite is not rejected, TorchAir's program leaves nothing uncovered, and the results at
+    every length equal the model's compiled without the pass."""
+    cases = run_case(torchair_cache, model, 4, "h200", mode)
+    assert all(c["outcome"] != "REWRITE_REJECTED" for c in cases), cases
+    assert any(c["applied"] for c in cases)
+    assert sum(c["checked_views"] + c["checked_joins"] for c in cases) > 0
+    for key in PROBLEMS:
+        assert total(cases, key) == 0, (key, [c[key][:3] for c in cases])
+
+
 EXPERTS = """
-import json
-from experiments.torchair_real import torchair_or_reason, lower
+import contextlib, json, torch
+from experiments.torchair_real import Lowered, install_standin_converters, torchair_or_reason
 torchair_or_reason()
 from experiments.torchair_conformance import findings
+
+def lower(gm, args, mode):
+    # TorchAir's compiler on a graph as it stands (hand-placed: no AOT, no pass), up to
+    # the program it would run
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torchair._ge_concrete_graph.fx2ge_converter import GeConcreteGraph
+    from torchair._utils.graph_transform_observer import GraphTransformObserver
+    from torchair.configs.compiler_config import CompilerConfig
+    from torchair.npu_fx_compiler import _NpuFxCompiler
+    config = CompilerConfig()
+    config.mode = mode
+    install_standin_converters(gm)
+    origin = {}
+    original = GeConcreteGraph.converter_context
+
+    @contextlib.contextmanager
+    def recording(self, *, node):
+        before = len(self._graph.op)
+        with original(self, node=node):
+            yield
+        for op in list(self._graph.op)[before:]:
+            origin.setdefault(op.name, node.name)
+
+    fake_mode = FakeTensorMode()
+    fake = [fake_mode.from_tensor(a) for a in args]
+    GeConcreteGraph.converter_context = recording
+    try:
+        with fake_mode:
+            concrete = _NpuFxCompiler(config)._gen_compiled_gm(
+                gm, fake, GraphTransformObserver(gm, fake, config))
+    finally:
+        GeConcreteGraph.converter_context = original
+    if mode == "max-autotune":
+        return Lowered(mode, concrete.fx_graph, ge_ops=list(concrete._graph.op),
+                       ge_origin=origin,
+                       output_ref=dict(concrete._graph_output_ref_input or {}))
+    return Lowered(mode, concrete.fx_graph, acl_gm=concrete.fx_graph)
+
 from autostream.models.experts import RECIPES, build
 from autostream.planning.check import check
 out = {}

@@ -334,3 +334,85 @@ def test_ge_placement_is_checked_against_the_memory_budget(monkeypatch):
     assert report.plan.notes[0].startswith(
         "cpsat plan placed for TorchAir GE (max-autotune) may peak at 1.8 MiB, over the budget")
     assert report.plan.predicted_us < report.plan.single_stream_us * 0.99
+
+
+class BufferUpdate(torch.nn.Module):
+    """Two branches read a buffer that the graph then overwrites (``copy_`` into an input
+    once input mutations are kept, as TorchAir's backend keeps them)."""
+
+    def __init__(self, width: int = 256) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(width, width)
+        self.b = torch.nn.Linear(width, width)
+
+    def forward(self, buf, x):
+        scaled = self.a(x) * buf
+        shifted = torch.sigmoid(self.b(x)) + buf
+        buf.copy_(torch.tanh(self.a(x)).mean(0))
+        return scaled, shifted
+
+
+def with_input_copy():
+    """The graph with ``copy_(buf, value)`` at its end (functionalized, as AOTAutograd
+    keeps an input mutation), and its inputs."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    torch.manual_seed(0)
+    model = BufferUpdate()
+    inputs = (torch.randn(256), torch.randn(64, 256))
+    gm = make_fx(torch.func.functionalize(model, remove="mutations_and_views"))(*inputs)
+    return model, gm, inputs
+
+
+def test_ge_orders_readers_of_an_input_before_the_op_bound_to_it():
+    """GE binds the value of ``copy_(buf, value)`` to ``buf``: the op computing it writes
+    ``buf`` in place, so both branches reading ``buf`` run before it, the copy is launched
+    last on the main stream, and the outputs are unchanged."""
+    from autostream.dialects.input_mutations import input_mutations, is_input_copy
+
+    model, gm, (buf, x) = with_input_copy()
+    [mutation] = input_mutations(gm)
+    assert len(mutation.readers) == 2
+    expected_buf = buf.clone()
+    expected = gm(expected_buf, x)
+    autostream_pass = AutoStreamPass(max_streams=2, cost_table="h200")
+    report = autostream_pass.run(gm, (buf, x), mode="max-autotune")
+    assert report.applied, report.reason
+    assert report.mode == "max-autotune"
+    edges = report.plan.op_graph.edges
+    for reader in mutation.readers:
+        assert (reader, mutation.writers[0]) in edges or reader in \
+            __import__("networkx").ancestors(report.plan.op_graph, mutation.writers[0])
+    launched = [n for n in gm.graph.nodes if n.op == "call_function" and air_kind(n) is None]
+    assert is_input_copy(launched[-1]) and streams_of(gm)[launched[-1]] == "main"
+    got_buf = buf.clone()
+    got = gm(got_buf, x)
+    assert all(torch.equal(a, b) for a, b in zip(expected, got))
+    assert torch.equal(expected_buf, got_buf)
+
+
+def test_verifier_checks_output_refs_from_the_graph_alone():
+    """A rewrite that runs a reader of ``buf`` on a side stream with no sync before the op
+    GE binds to ``buf``: ``verify_rewrite`` in GE mode names it and says how many pairs it
+    checked; the same rewrite checked for CUDA events (no binding) passes."""
+    from autostream.dialects.input_mutations import input_mutations
+    from autostream.dialects.rewrite import rewrite_graph
+    from autostream.dialects.verify import verify_rewrite
+    from autostream.fx.graph import build_op_graph
+    from autostream.scheduling.schedule import Schedule
+    from autostream.scheduling.sync import compute_syncs
+
+    _, gm, _ = with_input_copy()
+    deps = build_op_graph(gm)
+    [mutation] = input_mutations(gm)
+    reader = mutation.readers[-1]
+    order = [n for n in deps if n != reader]
+    order.insert(len(order) - 1, reader)  # right before the copy, after the writer
+    stream_of = {n: 1 if n == reader else 0 for n in deps}
+    schedule = Schedule("x", stream_of, tuple(order), {}, {}, 0.0, 0.0)
+    rewrite_graph(gm, schedule, compute_syncs(deps, schedule))
+    cuda = verify_rewrite(gm, deps)
+    assert cuda.ok, cuda.problems
+    ge = verify_rewrite(gm, deps, "max-autotune")
+    assert ge.checked["output_refs"] == 2
+    assert any(reader in p and "write in place" in p for p in ge.problems), ge.problems

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
+from autostream.dialects.input_mutations import emits_task
 from autostream.dialects.torchair import STREAM_LABEL_KEY, AirOps, air_ops, stream_label
 from autostream.scheduling.schedule import JOIN, Schedule, Sync
 from autostream.scheduling.sync import group_waits, recorded_producers
@@ -73,8 +74,8 @@ def rewrite_graph(
     """Reorder ``gm.graph`` to the launch order and insert scope/record/wait nodes.
 
     ``join_before_last``: the join wait goes right before the last launched op (which must
-    be on the main stream) instead of right before ``output``, so that it precedes a real
-    op (TorchAir's GE attaches a wait to the next op on its stream; see
+    be on the main stream; input ``copy_``, ``getitem`` and views do not count) instead of
+    right before ``output``, so that it precedes a real op (TorchAir's GE attaches a wait to the next op on its stream; see
     ``dialects.torchair_modes``).  Returns the inserted nodes.  ``gm`` is edited in place
     and recompiled.  ``core_scopes``: side stream -> the scope keys of its core budget
     (``core_budgets.scope_keys``).
@@ -111,7 +112,10 @@ def rewrite_graph(
         for _ in range(1 + (stream in core_scopes)):
             emit(ops.scope_exit)
 
-    launched = [n for n in schedule.order if schedule.stream_of[n] >= 0]
+    # the join lands on the last launched op that is a GE task (not an input copy_, which
+    # GE removes, nor a getitem or a view)
+    launched = [n for n in schedule.order
+                if schedule.stream_of[n] >= 0 and emits_task(by_name[n])]
     last = launched[-1] if join_before_last and launched and JOIN in waits else None
     if last is not None:
         if schedule.stream_of[last] != 0:

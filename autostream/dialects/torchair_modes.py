@@ -80,6 +80,25 @@ def _forwards_lazy_view(graph: nx.DiGraph, name: str, stream_of: dict[str, int])
         for p in graph.predecessors(name))
 
 
+def _is_input_copy(graph: nx.DiGraph, name: str) -> bool:
+    from autostream.dialects.input_mutations import is_input_copy
+
+    return name in graph and is_input_copy(graph.nodes[name].get("fx"))
+
+
+def _last_task(order: list[str] | tuple[str, ...], stream_of: dict[str, int],
+               deps: nx.DiGraph) -> str | None:
+    """The last launched op that emits a GE task, where the join's wait lands
+    (:func:`autostream.dialects.input_mutations.emits_task`)."""
+    from autostream.dialects.input_mutations import emits_task
+
+    def task(name: str) -> bool:
+        node = deps.nodes[name].get("fx") if name in deps else None
+        return node is None or emits_task(node)
+
+    return next((n for n in reversed(order) if stream_of[n] >= 0 and task(n)), None)
+
+
 def _is_factory(graph: nx.DiGraph, name: str) -> bool:
     """An op with no tensor input (``scalar_tensor``, ``zeros``, ``full`` ...): GE may lower
     it to a ``Const`` alone, which is no task on a stream, so a record right after it
@@ -158,7 +177,8 @@ def ge_view_sources(name: str, schedule: Schedule, deps: nx.DiGraph) -> list[str
 def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
     """``schedule`` with each view op whose first consumer is on another side stream, and
     each op without tensor inputs (:func:`_is_factory`) whose first consumer is on another
-    stream, moved onto that stream right before it, and the last launched op on the main
+    stream, moved onto that stream right before it, the last launched task on the main
+    stream, and input ``copy_`` ops (which GE removes) launched after it on the main
     stream.  GE defers a main-stream lazy view to its first consumer, unlabelled; an
     ``expand`` to the same shape or a full ``slice`` emits no GE op
     (``ge_converter/aten/expand.py:22``, ``slice.py:30``), so a record after it follows an
@@ -174,6 +194,14 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
 
     stream_of = dict(schedule.stream_of)
     order = list(schedule.order)
+    # an input copy_ becomes an Assign that GE removes, binding its value to the input and
+    # the graph's output: it is no task.  Launched last on the main stream, after the last
+    # task (where the join's wait lands), it is ordered after every stream
+    copies = [n for n in order if _is_input_copy(deps, n) and deps.out_degree(n) == 0]
+    for name in copies:
+        order.remove(name)
+        order.append(name)
+        stream_of[name] = 0
     for name in order:
         # a main-stream lazy view of a side stream's result: GE would emit it while its
         # consumer's arguments are prepared, before the op the consumer's wait lands on
@@ -201,22 +229,41 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
                 continue
             stream = stream_of[side[0]]
         elif stream < 0 or stream == stream_of[name] \
-                or not (_is_factory(deps, name) or (view and stream > 0)):
+                or not (_is_factory(deps, name) or (view and stream > 0)
+                        or (view and deps.in_degree(name) == 0)):
+            # a view of an input (a weight) has no producer: it follows its first consumer
             continue
         # in a side scope GE converts a view where it stands (labelled, a real op that a
         # record can follow); its other users, if any, then wait for it
         order.remove(name)
         order.insert(order.index(users[0]), name)
         stream_of[name] = stream
-    launched = [n for n in order if stream_of[n] >= 0]
-    if launched and stream_of[launched[-1]] != 0:
-        stream_of[launched[-1]] = 0
+    last = _last_task(order, stream_of, deps)
+    if last is not None:
+        stream_of[last] = 0
+        # what is launched after it (views, getitems) and does not depend on it goes before
+        # it: the join's wait, right before it, must follow every side stream's record
+        after = nx.descendants(deps, last)
+        tail = order[order.index(last) + 1:]
+        early = [n for n in tail if n not in after and n not in copies]
+        if early:
+            order = [n for n in order if n not in early]
+            at = order.index(last)
+            order[at:at] = early
+        for name in order[order.index(last) + 1:]:  # views and getitems of it: no tasks
+            stream_of[name] = 0
     return dataclasses.replace(schedule, stream_of=stream_of, order=tuple(order))
 
 
 #: keyword arguments a GE converter turns into attributes or a cast, never into a ``Const``
 _NO_CONST_KWARGS = frozenset({"dtype", "layout", "device", "pin_memory", "memory_format",
                               "non_blocking"})
+
+
+#: defaulted scalar arguments a converter emits no ``Const`` for when left at the default
+#: (``ge_converter/aten/add.py:20-23``, ``sub.py:18-22``: ``alpha == 1`` is skipped)
+_DEFAULTS_WITHOUT_CONST = {"aten.add.Tensor": frozenset({"alpha"}),
+                           "aten.sub.Tensor": frozenset({"alpha"})}
 
 
 def _task_first(graph: nx.DiGraph, name: str) -> bool:
@@ -229,12 +276,14 @@ def _task_first(graph: nx.DiGraph, name: str) -> bool:
 
     node = graph.nodes[name].get("fx") if name in graph else None
     if node is None or node.op != "call_function" or _is_factory(graph, name) \
+            or _is_input_copy(graph, name) \
             or not isinstance(node.target, torch._ops.OpOverload) \
             or node.target.namespace != "aten" or is_view_op(node):
         return False
     schema_args = node.target._schema.arguments
     tensor = torch._C.OptionalType(torch._C.TensorType.get())
-    if any(not a.type.isSubtypeOf(tensor) and a.name not in _NO_CONST_KWARGS
+    skipped = _DEFAULTS_WITHOUT_CONST.get(str(node.target), frozenset()) - set(node.kwargs)
+    if any(not a.type.isSubtypeOf(tensor) and a.name not in _NO_CONST_KWARGS | skipped
            for a in schema_args[len(node.args):]):
         return False  # a defaulted scalar argument (alpha, beta ...)
 
@@ -310,9 +359,9 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
                 moved: set[str] = frozenset()) -> tuple[str, int] | None:
     """A consumer whose wait found no op to land on (:func:`ge_wait_targets`) and whose
     producers all run on one other stream, with that stream: running it there needs no
-    wait.  For the last launched op, which stays on the main stream, the producer of the
-    wait instead, with the main stream.  ``None`` when there is none; ops in ``moved`` are
-    not moved again.
+    wait.  For the last launched op, which stays on the main stream, or a consumer whose
+    producers run on several streams, the producer of the wait instead, with the
+    consumer's stream.  ``None`` when there is none; ops in ``moved`` are not moved again.
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
@@ -326,13 +375,13 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
     from autostream.fx.graph import is_view_op
     from autostream.scheduling.schedule import JOIN
 
-    launched = [n for n in schedule.order if schedule.stream_of[n] >= 0]
+    last = _last_task(schedule.order, schedule.stream_of, deps)
     for sync in syncs:
         name = sync.consumer
         if name == JOIN or name in moved or _task_first(deps, name) \
                 or _is_factory(deps, name) or is_view_op(deps.nodes[name]["fx"]):
             continue
-        if name == launched[-1]:
+        if name == last:
             if sync.producer not in moved:
                 return sync.producer, schedule.stream_of[name]
             continue
@@ -342,6 +391,9 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
                        deps.in_degree(p) == 0 and is_view_op(deps.nodes[p]["fx"]))}
         if len(streams) == 1 and schedule.stream_of[name] not in streams:
             return name, streams.pop()
+        # producers on several streams: this producer joins the consumer's stream instead
+        if sync.producer not in moved and sync.producer != JOIN:
+            return sync.producer, schedule.stream_of[name]
     return None
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 import torch.fx
 
+from autostream.dialects.input_mutations import is_input_copy, output_ref_problems
 from autostream.dialects.torchair import air_kind, scope_label, stream_index
 from autostream.dialects.torchair_modes import GE_LAZY_VIEWS, GE_MODE
 from autostream.fx.graph import communicates
@@ -29,10 +30,11 @@ class VerifyResult:
     """``ok`` when ``problems`` is empty; each problem names the nodes involved."""
 
     problems: list[str] = field(default_factory=list)
+    #: how much was checked: ``dependences``, ``output_refs`` (reader -> in-place writer
+    #: pairs of a compiler mode), ``joins`` (side streams)
+    checked: dict[str, int] = field(default_factory=dict)
     #: the dependences ``(u, v)`` left unordered (each also one of ``problems``)
     unordered: list[tuple[str, str]] = field(default_factory=list)
-    #: dependences checked (both ops scheduled)
-    checked: int = 0
 
     @property
     def ok(self) -> bool:
@@ -74,7 +76,10 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph, mode: str | None 
     lowers it (``dialects.torchair_modes``): a main-stream lazy view runs on the main
     stream where its first consumer is converted, and a wait with no op after it on its
     stream (a join right before ``output``) orders nothing.  Elsewhere a record covers
-    what its stream ran before it, and a wait orders the stream's next op.
+    what its stream ran before it, and a wait orders the stream's next op.  With a TorchAir
+    ``mode``, the readers of an input the graph writes are checked, from the graph alone,
+    to run before the op that mode lets write it in place
+    (:func:`autostream.dialects.input_mutations.output_ref_problems`).
     """
     ge = mode == GE_MODE
     result = VerifyResult(check_scopes(gm.graph))
@@ -96,7 +101,8 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph, mode: str | None 
 
     def run_op(node: torch.fx.Node, stream: int) -> None:
         clock = clock_of_stream.setdefault(stream, {})
-        for c in pending.pop(stream, []):
+        # GE removes an input copy_ (its Assign): it holds no wait
+        for c in [] if ge and is_input_copy(node) else pending.pop(stream, []):
             merge(clock, c)
         pos = count.get(stream, 0)
         count[stream] = pos + 1
@@ -164,16 +170,26 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph, mode: str | None 
     if extra:
         result.problems.append(f"ops not in the dependence graph appear in the rewrite: {extra[:5]}")
     for u, v in deps.edges:
-        if u not in where or v not in where:
-            continue
+        if u not in where or v not in where or (ge and is_input_copy(deps.nodes[v].get("fx"))):
+            continue  # GE: what an input copy_ reads goes to NetOutput, which the join orders
         su, pu = where[u]
-        result.checked += 1
         if clock_of_op[v].get(su, -1) < pu:
             result.unordered.append((u, v))
             result.problems.append(
                 f"dependence {u} -> {v} is not ordered (stream {su} -> stream {where[v][0]})"
             )
     result.problems += check_collective_order(gm.graph, where, clock_of_op, deps)
+    refs = 0
+    if mode is not None:
+        def happens_before(a: str, b: str) -> bool | None:
+            if a not in where or b not in where:
+                return None
+            return clock_of_op[b].get(where[a][0], -1) >= where[a][1]
+
+        refs, ref_problems = output_ref_problems(gm, deps, happens_before, mode)
+        result.problems += ref_problems
+    result.checked = {"dependences": deps.number_of_edges(), "output_refs": refs,
+                      "joins": sum(s != 0 for s in count)}
     main_clock = clock_of_stream.get(0, {})
     for s, n in count.items():
         if s != 0 and main_clock.get(s, -1) < n - 1:

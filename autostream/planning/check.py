@@ -22,6 +22,7 @@ import torch
 import torch.fx
 
 from autostream.dialects.hand import MAIN, HandPlacement, check_mode, read_placement
+from autostream.dialects.input_mutations import ge_output_ref_edges
 from autostream.dialects.rewrite import rewrite_graph
 from autostream.dialects.torchair_modes import (
     GE_MODE,
@@ -213,7 +214,8 @@ def check_placement(gm: torch.fx.GraphModule, mode: str, options: PlanOptions,
     acl = mode == "acl"
     streams = max(options.max_streams, placement.streams_used)
     plan = plan_graph(placement.graph, dataclasses.replace(options, max_streams=streams),
-                      cost_model, acl_reinplace_hazards if acl else None,
+                      cost_model, acl_reinplace_hazards if acl else
+                      ge_output_ref_edges if mode == "ge" else None,
                       acl_scope_overhead_us(cost_model.sync_latency_us) if acl else 0.0,
                       GE_PLACEMENT if mode == "ge" and ge_placement else None)
     deps = plan.op_graph
@@ -230,7 +232,7 @@ def check_placement(gm: torch.fx.GraphModule, mode: str, options: PlanOptions,
     return HandCheck(
         mode, _races(placement, deps, unordered), (*placement.problems, *problems),
         tuple(placement.labels[s] for s in comm_streams) if len(comm_streams) > 1 else (),
-        placement.streams_used, verified.checked, hand_us, plan.predicted_us,
+        placement.streams_used, verified.checked["dependences"], hand_us, plan.predicted_us,
         plan.schedule.lower_bound, plan.single_stream_us, plan, placement)
 
 
