@@ -149,8 +149,13 @@ def register_streams(device: torch.device, side_streams: int) -> dict[int, int]:
     ref = gbi.index_to_external_object_weakref.get(MAIN_INDEX)
     if ref is None and not gbi.index_to_bytecode_constructor:
         # Dynamo registers the current stream only when an accelerator is available
-        # (the CPU structure checks run here)
-        main = gbi.register_graph_created_object(pooled_stream(dev, 0), _constructor(dev, 0))
+        if device.type == "cpu":  # the CPU structure checks: a stand-in for it
+            main = gbi.register_graph_created_object(pooled_stream(dev, 0),
+                                                     _constructor(dev, 0))
+        else:  # the current stream, fetched by Dynamo's bytecode on every call
+            from torch._dynamo.variables.streams import get_current_stream
+
+            main = get_current_stream(device)
     else:
         main = MAIN_INDEX
     obj = gbi.index_to_external_object_weakref[main]()
