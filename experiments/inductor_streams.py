@@ -26,6 +26,7 @@ from torch import nn
 
 from autostream import AutoStreamPass
 from autostream.dialects import inductor
+from experiments.headline import Headline, record
 
 CALLS, RUNS = 20, 50
 
@@ -194,6 +195,33 @@ def cpu_rows(solver: str) -> list[dict]:
     return rows
 
 
+def headlines(rows: list[dict], cuda: bool, missing: tuple[str, ...]) -> list[Headline]:
+    """The rows atop RESULTS.md, from this run's figures."""
+    out = []
+    for r in rows:
+        name = r["model"]
+        if not cuda:
+            nodes = r["scheduler_nodes"]
+            out.append(Headline(f"{name} (CPU, no GPU): Inductor scheduler nodes per stream, "
+                                f"waits", f"{nodes}, {r['waits']} waits",
+                                "both streams used", len(nodes) >= 2 and min(nodes.values()) > 0))
+        elif missing:
+            out.append(Headline(f"{name}: streams runtime (eager kernels) over single-stream "
+                                f"Inductor (torch {torch.__version__} has no multi-stream "
+                                f"Inductor)", f"{r['inductor_us'] / r['autostream_backend_us']:.2f}x",
+                                "-", None))
+        elif r["target"] != "inductor":
+            out.append(Headline(f"{name}: Inductor with the pass", "left unchanged",
+                                "streams", False))
+        else:
+            out.append(Headline(f"{name}: Inductor with streams over single-stream Inductor "
+                                f"(predicted {r['predicted']}x), max error",
+                                f"{r['measured']:.2f}x, {r['streams_err']:.2g}",
+                                ">= 1.00x, no unsynced touch",
+                                r["measured"] >= 1.0 and r["hazards"] == 0))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
@@ -225,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         if r.get("reason"):
             print(f"- {r['model']}: {r['reason']}")
+    record(__file__, headlines(rows, cuda, missing))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         figures = {"torch": torch.__version__, "cuda": cuda, "solver": solver,
