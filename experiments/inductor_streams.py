@@ -128,7 +128,8 @@ def cuda_rows(solver: str) -> list[dict]:
             if missing:  # the backend's streams runtime instead: eager kernels, no fusion
                 from autostream import backend
 
-                runtime = backend(runtime="streams", measure=0, max_streams=2, solver=solver,
+                runtime = backend(runtime="auto", measure=0,  # streams on CUDA
+                                  max_streams=2, solver=solver,
                                   cost_table="h200")
                 streams, _ = _compiled(model, inputs, backend=runtime)
                 row.update(autostream_backend_us=_time(streams, inputs),
