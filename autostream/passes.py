@@ -32,6 +32,7 @@ from autostream.comm import has_communication
 from autostream.comm.agree import check_through_store, graph_key, outcome_digest
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
+from autostream.cost.fused import FusedCosts, split_fusions
 from autostream.dialects.rewrite import restore, rewrite_graph, snapshot
 from autostream.dialects.torchair import is_stream_op
 from autostream.dialects.torchair_modes import (
@@ -397,7 +398,8 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         if why:
             return PassReport(nodes, Outcome.UNSUPPORTED_COMPILER, f"left unchanged: {why}")
         try:
-            plan = plan_graph(gm, self.options(), self.cost_model_for(device))
+            costs = FusedCosts(self.cost_model_for(device), graph)
+            plan = plan_graph(gm, self.options(), costs)
         except Exception as exc:  # the pass must never break compilation
             return _failed(nodes, Outcome.PLANNING_FAILED, exc)
         if plan.op_graph.number_of_nodes() == 0:
@@ -418,8 +420,12 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             gm.recompile()
             return _failed(nodes, Outcome.REWRITE_REJECTED, exc, plan)
         stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
+        split = split_fusions(costs.fused, plan.schedule.stream_of)
+        fused = (f"{len(costs.fused)} pointwise ops costed as fused into their producers"
+                 + (f" ({len(split)} split across streams: unfused)" if split else ""))
         return PassReport(nodes, Outcome.APPLIED, f"Inductor streams: {done.summary()}; "
-                          + _applied_reason(plan), plan, stages, target=INDUCTOR_TARGET)
+                          f"{fused}; " + _applied_reason(plan), plan, stages,
+                          target=INDUCTOR_TARGET)
 
     def _inductor_refusal(self, graph: torch.fx.Graph, device: str) -> str | None:
         """Why Inductor cannot run this graph on streams (``dialects.inductor.refusal``)."""

@@ -151,12 +151,18 @@ def test_the_scheduler_launches_each_stream_after_its_waits(scheduler_streams, s
     model, inputs = two_chains()
     p = CpuAccepted(max_streams=2, cost_table="h200", inductor_streams=True)
     wrapper_of(model, inputs, p)
-    stream_of = p.last_report.plan.schedule.stream_of
+    plan = p.last_report.plan
+    # views and getitems have no kernel: Inductor inlines them into their users'
+    stream_of = {n: s for n, s in plan.schedule.stream_of.items()
+                 if not plan.op_graph.nodes[n]["meta_only"]}
     nodes = scheduled[-1]
     waits = [i for i, (_, o) in enumerate(nodes) if any(n.startswith("wait_stream") for n in o)]
-    # a sync node's origins name the ops it orders: only compute nodes are checked
+    # a sync node's origins (and its passthrough no-ops') name the ops it orders: only
+    # compute nodes are checked
+    sync = {i for i, (_, o) in enumerate(nodes)
+            if any(n.startswith(("wait_stream", "control_deps")) for n in o)}
     compute = [(i, s, o & set(stream_of)) for i, (s, o) in enumerate(nodes)
-               if o & set(stream_of) and i not in waits]
+               if o & set(stream_of) and i not in sync]
     # no scheduler node mixes the plan's streams, and each sits on its plan stream
     assert compute and all(len({stream_of[n] for n in o & set(stream_of)}) == 1
                            and s == stream_of[next(iter(o & set(stream_of)))]
@@ -216,7 +222,9 @@ def test_the_zoo_moe_keeps_its_plan_streams_through_the_scheduler(scheduler_stre
     p = CpuAccepted(max_streams=2, cost_table="h200", inductor_streams=True)
     code = wrapper_of(model, inputs, p)
     assert p.last_report.target == "inductor", p.last_report.reason
-    stream_of = p.last_report.plan.schedule.stream_of
+    plan = p.last_report.plan
+    stream_of = {n: s for n, s in plan.schedule.stream_of.items()
+                 if not plan.op_graph.nodes[n]["meta_only"]}
     planned = [(s, o & set(stream_of)) for s, o in scheduled[-1] if o & set(stream_of)
                and not any(n.startswith(("wait_stream", "control_deps")) for n in o)]
     mixed = [o for _, o in planned if len({stream_of[n] for n in o}) > 1]
@@ -333,3 +341,35 @@ def test_the_wrapper_check_finds_a_cross_stream_reuse_without_a_wait():
     checked = inductor.wrapper_structure(fixed, {1: "stream1"})
     assert checked.hazards == [] and checked.checked == 3
     assert inductor.wrapper_structure("", {}).checked == 0
+
+
+def _pointwise_chain(x, w):
+    return torch.tanh(torch.relu(x @ w)) * 2 @ w
+
+
+def test_pointwise_chains_inductor_fuses_are_costed_as_one_task():
+    from autostream.cost import TableCostModel
+    from autostream.cost.fused import FusedCosts, fused_producers, split_fusions
+
+    gm = _forward_graph(_pointwise_chain, torch.randn(8, 64), torch.randn(64, 64))
+    fused = fused_producers(gm.graph)
+    assert fused == {"tanh": "relu", "mul": "tanh"}  # relu follows a matmul: not fused
+    base = TableCostModel.load("h200")
+    costs = FusedCosts(base, gm.graph)
+    nodes = {n.name: n for n in gm.graph.nodes}
+    assert costs.estimate(nodes["relu"]) == base.estimate(nodes["relu"])
+    assert base.estimate(nodes["tanh"]).duration_us > 0
+    assert costs.estimate(nodes["tanh"]).duration_us == 0.0
+    assert costs.estimate(nodes["mul"]).note == "fused into tanh by Inductor"
+    assert costs.sync_latency_us == base.sync_latency_us and costs.profile is base.profile
+    assert split_fusions(fused, {"relu": 0, "tanh": 0, "mul": 1}) == [("mul", "tanh")]
+
+
+def test_the_report_says_how_many_ops_were_costed_as_fused(scheduler_streams):
+    model, inputs = moe_model()
+    p = CpuAccepted(max_streams=2, cost_table="h200", inductor_streams=True)
+    wrapper_of(model, inputs, p)
+    report = p.last_report
+    assert report.target == "inductor"
+    free = [e for e in report.plan.estimates.values() if e.note.startswith("fused into")]
+    assert len(free) >= 10 and f"{len(free)} pointwise ops costed as fused" in report.reason
