@@ -373,3 +373,13 @@ def test_the_report_says_how_many_ops_were_costed_as_fused(scheduler_streams):
     assert report.target == "inductor"
     free = [e for e in report.plan.estimates.values() if e.note.startswith("fused into")]
     assert len(free) >= 10 and f"{len(free)} pointwise ops costed as fused" in report.reason
+
+
+def test_the_report_names_the_target_torchair_for_a_graph_module():
+    gm = _forward_graph(_chains, *(torch.randn(256, 256) for _ in range(3)))
+    report = AutoStreamPass(max_streams=2, cost_table="h200").run(gm)
+    assert report.applied and report.target == "torchair"
+    assert report.summary()["target"] == "torchair"
+    refused = AutoStreamPass(max_streams=2, cost_table="h200").run(
+        _forward_graph(_chains, *(torch.randn(64, 64) for _ in range(3))).graph)
+    assert refused.target is None and refused.summary()["target"] is None
