@@ -229,7 +229,9 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         super().__post_init__()  # validate eagerly: bad options fail where they are written
         if not isinstance(self.inductor_streams, bool):
             raise ValueError(f"inductor_streams must be True or False, got "
-                             f"{self.inductor_streams!r}")
+                             f"{self.inductor_streams!r}; True plans CUDA graphs into "
+                             f"Inductor's own streams (register the pass as Inductor's "
+                             f"post_grad_custom_post_pass)")
         if isinstance(self.history, bool) or not isinstance(self.history, int) \
                 or self.history < 1:
             raise ValueError(f"history must be an integer >= 1 (reports kept), got "

@@ -383,3 +383,11 @@ def test_the_report_names_the_target_torchair_for_a_graph_module():
     refused = AutoStreamPass(max_streams=2, cost_table="h200").run(
         _forward_graph(_chains, *(torch.randn(64, 64) for _ in range(3))).graph)
     assert refused.target is None and refused.summary()["target"] is None
+
+
+def test_the_option_is_part_of_the_pass_identity_and_checked():
+    on, off = AutoStreamPass(inductor_streams=True), AutoStreamPass()
+    assert on != off and on.digest() != off.digest() and on.key() == off.key()
+    assert on.uuid() is None and off.uuid() == off.digest()
+    with pytest.raises(ValueError, match="inductor_streams must be True or False, got 'yes'"):
+        AutoStreamPass(inductor_streams="yes")
