@@ -1,9 +1,10 @@
 """The user-facing FX pass: ``config.post_grad_custom_pre_pass = autostream.AutoStreamPass()``.
 
 TorchAir calls it with a ``GraphModule`` and gets the graph rewritten in its stream
-dialect.  Inductor calls it with a ``torch.fx.Graph`` (a ``CustomGraphPass``); Inductor
-cannot run the stream stand-in ops, so there the graph is left unchanged with a
-warning saying so.  Every call ends in a :class:`PassReport` whose :class:`Outcome`
+dialect.  Inductor calls it with a ``torch.fx.Graph`` (a ``CustomGraphPass``): with
+``inductor_streams=True`` (as ``post_grad_custom_post_pass``, on CUDA) the plan becomes
+Inductor's own stream annotations and ``wait_stream`` syncs (``dialects.inductor``);
+otherwise the graph is left unchanged with a warning saying so.  Every call ends in a :class:`PassReport` whose :class:`Outcome`
 says what happened; the last ``history`` reports are kept.
 
 ``AUTOSTREAM_STRICT=1`` in the environment turns planning and rewrite failures (bugs,
@@ -31,6 +32,7 @@ from autostream.comm import has_communication
 from autostream.comm.agree import check_through_store, graph_key, outcome_digest
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
+from autostream.cost.fused import FusedCosts, split_fusions
 from autostream.dialects.hand import strip_stream_ops
 from autostream.dialects.input_mutations import ge_output_ref_edges
 from autostream.dialects.rewrite import restore, rewrite_graph, snapshot
@@ -60,6 +62,8 @@ except ImportError:  # pragma: no cover - torch without it
 log = logging.getLogger("autostream")
 
 _VERSION = "autostream-pass-2"
+TORCHAIR_TARGET = "torchair"
+INDUCTOR_TARGET = "inductor"
 STRICT_ENV = "AUTOSTREAM_STRICT"
 #: reports (and the backend's measured choices and lifts) kept by default
 DEFAULT_HISTORY = 16
@@ -113,6 +117,9 @@ class PassReport:
     mode: str | None = None
     #: a hand-tagged graph's placement, checked (``planning.check.HandCheck``)
     check: HandCheck | None = None
+    #: the dialect the graph was rewritten in: ``"torchair"``, ``"inductor"`` (Inductor's
+    #: own streams) or ``None`` (unchanged; ``reason`` says why)
+    target: str | None = None
 
     @property
     def applied(self) -> bool:
@@ -120,7 +127,8 @@ class PassReport:
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"applied": self.applied, "outcome": self.outcome.value,
-                               "reason": self.reason, "graph_nodes": self.graph_nodes}
+                               "reason": self.reason, "graph_nodes": self.graph_nodes,
+                               "target": self.target}
         if self.plan is not None:
             out.update(self.plan.summary())
         if self.check is not None:
@@ -218,6 +226,10 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
     #: a hand-tagged graph gets autostream's plan instead of its own placement when that
     #: is predicted faster (else it is left unchanged, its placement checked)
     replace_hand_tags: bool = False
+    #: as Inductor's ``post_grad_custom_post_pass``: plan CUDA forward/inference graphs
+    #: into Inductor's own streams (``dialects.inductor``); Inductor's caches are bypassed
+    #: (``uuid()`` is ``None``: a cache hit would skip the streams' registration)
+    inductor_streams: bool = False
     reports: deque[PassReport] = field(init=False, compare=False, hash=False, repr=False)
     _table: TableCostModel | None = field(init=False, compare=False, hash=False, repr=False)
     _defaults: dict[str, DefaultTable] = field(init=False, compare=False, hash=False, repr=False)
@@ -228,6 +240,11 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
 
     def __post_init__(self) -> None:
         super().__post_init__()  # validate eagerly: bad options fail where they are written
+        if not isinstance(self.inductor_streams, bool):
+            raise ValueError(f"inductor_streams must be True or False, got "
+                             f"{self.inductor_streams!r}; True plans CUDA graphs into "
+                             f"Inductor's own streams (register the pass as Inductor's "
+                             f"post_grad_custom_post_pass)")
         if isinstance(self.history, bool) or not isinstance(self.history, int) \
                 or self.history < 1:
             raise ValueError(f"history must be an integer >= 1 (reports kept), got "
@@ -244,6 +261,11 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         object.__setattr__(self, "_digest", [])
         object.__setattr__(self, "reports", deque(maxlen=self.history))
         object.__setattr__(self, "_cache_key", digest_code(self.digest()))
+
+    def __deepcopy__(self, memo: dict) -> AutoStreamPass:
+        # torch.compile deep-copies Inductor's config, pass included: the options are
+        # frozen, and the reports (plans holding the graphs' fake tensors) are a log
+        return self
 
     def options(self) -> PlanOptions:
         """The pass's :class:`PlanOptions` alone.
@@ -277,13 +299,17 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         else:
             tables = ",".join(f"{device}={TableCostModel.load(name).table.digest()}"
                               for device, name in sorted(DEFAULT_TABLES.items()))
-        text = f"{_VERSION}|{__version__}|{self.key(tables)}" + (
-            "|replace_hand_tags" if self.replace_hand_tags else "")
+        flags = ("|replace_hand_tags" if self.replace_hand_tags else "") + (
+            "|inductor_streams" if self.inductor_streams else "")
+        text = f"{_VERSION}|{__version__}|{self.key(tables)}{flags}"
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def uuid(self) -> str:
-        """Inductor's ``CustomGraphPass`` identity."""
-        return self.digest()
+    def uuid(self) -> str | None:
+        """Inductor's ``CustomGraphPass`` identity; ``None`` with ``inductor_streams``, which
+        makes Inductor's FX and AOTAutograd caches bypass the graph
+        (``torch/_inductor/codecache.py:1073-1078``): on a hit the pass would not run and
+        its streams would not be registered for the frame."""
+        return None if self.inductor_streams else self.digest()
 
     @property
     def last_report(self) -> PassReport | None:
@@ -312,6 +338,10 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         collective (``comm.agree``); a mismatch is logged and kept in the report.
         """
         if not isinstance(gm, torch.fx.GraphModule):
+            if self.inductor_streams and isinstance(gm, torch.fx.Graph) \
+                    and isinstance(gm.owning_module, torch.fx.GraphModule):
+                with collector_paused():
+                    return self._plan_for_inductor(gm, example_inputs)
             return _unsupported(gm)
         if not has_communication(gm.graph):
             return self._plan_and_rewrite(gm, example_inputs, mode)
@@ -370,7 +400,60 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             gm.recompile()
             return _failed(nodes, Outcome.REWRITE_REJECTED, exc, plan)
         stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
-        return PassReport(nodes, Outcome.APPLIED, _applied_reason(plan), plan, stages)
+        return PassReport(nodes, Outcome.APPLIED, _applied_reason(plan), plan, stages,
+                          target=TORCHAIR_TARGET)
+
+    def _plan_for_inductor(self, graph: torch.fx.Graph, example_inputs: Any) -> PassReport:
+        from autostream.dialects import inductor
+
+        gm = graph.owning_module
+        nodes = len(graph.nodes)
+        tagged = hand_tagged(graph)
+        if tagged:
+            return PassReport(nodes, Outcome.HAND_TAGGED,
+                              f"left unchanged: {tagged} (hand-tagged graphs are respected)")
+        device = graph_device(graph, example_inputs)
+        why = self._inductor_refusal(graph, device)
+        if why:
+            return PassReport(nodes, Outcome.UNSUPPORTED_COMPILER, f"left unchanged: {why}")
+        try:
+            costs = FusedCosts(self.cost_model_for(device), graph)
+            plan = plan_graph(gm, self.options(), costs)
+        except Exception as exc:  # the pass must never break compilation
+            return _failed(nodes, Outcome.PLANNING_FAILED, exc)
+        if plan.op_graph.number_of_nodes() == 0:
+            return PassReport(nodes, Outcome.NO_OPS,
+                              "left unchanged: the graph has no ops to schedule", plan)
+        if plan.is_single_stream:
+            why = plan.notes[0] if plan.notes else Outcome.NO_PARALLELISM.value
+            return PassReport(nodes, Outcome.NO_PARALLELISM, f"left unchanged: {why}", plan)
+        snap = snapshot(graph)
+        watch = Stopwatch()
+        try:
+            indices = inductor.register_streams(_graph_device_object(graph, device),
+                                                plan.schedule.streams_used - 1)
+            done = inductor.rewrite_for_inductor(gm, plan.schedule, plan.syncs, indices)
+            watch.lap("rewrite")
+        except Exception as exc:
+            restore(graph, snap)
+            gm.recompile()
+            return _failed(nodes, Outcome.REWRITE_REJECTED, exc, plan)
+        stages = plan.stages.plus(**dataclasses.asdict(watch.times()))
+        split = split_fusions(costs.fused, plan.schedule.stream_of)
+        fused = (f"{len(costs.fused)} pointwise ops costed as fused into their producers"
+                 + (f" ({len(split)} split across streams: unfused)" if split else ""))
+        return PassReport(nodes, Outcome.APPLIED, f"Inductor streams: {done.summary()}; "
+                          f"{fused}; " + _applied_reason(plan), plan, stages,
+                          target=INDUCTOR_TARGET)
+
+    def _inductor_refusal(self, graph: torch.fx.Graph, device: str) -> str | None:
+        """Why Inductor cannot run this graph on streams (``dialects.inductor.refusal``)."""
+        from autostream.dialects import inductor
+
+        if has_communication(graph):
+            return ("graphs with collectives are not planned into Inductor streams; use "
+                    "backend='autostream' for them")
+        return inductor.refusal(graph, device)
 
     def _hand_tagged(self, gm: torch.fx.GraphModule, example_inputs: Any, mode: str | None,
                      tagged: str) -> PassReport:
@@ -458,5 +541,15 @@ def _unsupported(graph: Any) -> PassReport:
     return PassReport(
         len(graph.nodes), Outcome.UNSUPPORTED_COMPILER,
         "left unchanged: Inductor cannot run autostream's stream ops (TorchAir's "
-        "scope/record/wait ops); use torch.compile(model, backend='autostream') on CPU or "
-        "CUDA, or register the pass with TorchAir on Ascend")
+        "scope/record/wait ops); on CUDA register AutoStreamPass(inductor_streams=True) as "
+        "post_grad_custom_post_pass for Inductor's own streams, use torch.compile(model, "
+        "backend='autostream') on CPU or CUDA, or register the pass with TorchAir on Ascend")
+
+
+def _graph_device_object(graph: torch.fx.Graph, device_type: str) -> torch.device:
+    """The device (with its index) of the graph's first tensor input."""
+    for node in graph.find_nodes(op="placeholder"):
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            return value.device
+    return torch.device(device_type)

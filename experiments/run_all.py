@@ -122,6 +122,12 @@ EXPERIMENTS = (
     Experiment("memory.py", "Peak memory: predicted, measured, budgeted",
                "Predicted against measured peak memory of multi-stream plans (CPU threads "
                "runtime), and what the memory budget keeps of the fan-out model's speed-up."),
+    Experiment("inductor_streams.py", "Streams inside Inductor",
+               "Eager, single-stream Inductor and Inductor with AutoStreamPass(inductor_streams"
+               "=True) on a two-branch model, the zoo MoE and a Qwen3-MoE decode step (bf16, "
+               "CUDA): errors, median times, stream switches, waits and unsynced touches in "
+               "the wrapper, predicted beside measured; without a GPU the CPU wrappers' "
+               "structure."),
 )
 
 
