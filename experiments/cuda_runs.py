@@ -1,0 +1,101 @@
+"""What the CUDA experiments measured on a real GPU: the runs kept in ``experiments/cuda_runs/``.
+
+No GPU is reachable from this machine or from CI; when one is lent, the CUDA experiments run
+there and their JSON outputs are kept, one folder per run (``<device>-<date>``), with the
+command that made them in its ``README.md``.  This script prints every kept run as tables
+and records their headline rows, so RESULTS.md shows measured GPU figures by the same
+method as the scripts that took them:
+
+- ``inductor_streams.json`` (``python -m experiments.inductor_streams --out DIR``): eager,
+  single-stream Inductor and ``backend="autostream"`` (its streams runtime, or Inductor
+  with the pass where that Inductor has streams), median over 50 calls;
+- ``speedup_cuda.json`` (``python -m experiments.speedup --device cuda --cost-table h200
+  --no-inductor --json FILE``): the zoo's measured against predicted speed-up.
+
+    python -m experiments.cuda_runs
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RUNS = Path(__file__).resolve().parent / "cuda_runs"
+
+
+def kept_runs(root: Path = RUNS) -> list[Path]:
+    """The run folders, oldest first."""
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
+
+
+def inductor_table(data: dict[str, Any]) -> list[str]:
+    missing = ", ".join(data.get("missing") or []) or "none"
+    lines = [f"`experiments.inductor_streams`, torch {data['torch']} (multi-stream Inductor "
+             f"missing: {missing}); median us per call over 50 calls, max abs error vs eager "
+             f"over 20 calls (bf16)", "",
+             "| model | eager | Inductor | autostream | autostream err | autostream over "
+             "Inductor |", "|---|---|---|---|---|---|"]
+    for row in data["rows"]:
+        ours = row.get("autostream_backend_us") or row.get("inductor_pass_us")
+        err = row.get("autostream_backend_err", row.get("inductor_pass_err"))
+        lines.append(f"| {row['model']} | {row['eager_us']:.1f} | {row['inductor_us']:.1f} | "
+                     f"{ours:.1f} | {err:g} | {row['inductor_us'] / ours:.2f}x |")
+    return lines
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and value == value  # NaN: no prediction
+
+
+def speedup_table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["`experiments.speedup --device cuda --cost-table h200 --no-inductor`: median ms "
+             "per call; plan x = best single-stream variant over the multi-stream plan on the "
+             "streams runtime; kept = what the backend's measured choice kept", "",
+             "| model | streams | eager | as-seq | plan | predicted | plan x | kept |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        predicted = f"{r['predicted']:.2f}x" if _number(r.get("predicted")) else "n/a"
+        lines.append(f"| {r['model']} | {r['streams']} | {r['eager_ms']:.3f} | "
+                     f"{r['as_seq_ms']:.3f} | {r['plan_ms']:.3f} | {predicted} | "
+                     f"{r['plan_measured']:.2f}x | {r.get('kept') or '-'} |")
+    return lines
+
+
+def main() -> None:
+    from experiments.headline import Headline, record
+
+    headlines = []
+    runs = kept_runs()
+    if not runs:
+        print("No GPU run is kept in experiments/cuda_runs/.")
+    for run in runs:
+        print(f"### {run.name}\n")
+        readme = run / "README.md"
+        if readme.exists():
+            print(readme.read_text().strip() + "\n")
+        inductor = run / "inductor_streams.json"
+        if inductor.exists():
+            data = json.loads(inductor.read_text())
+            print("\n".join(inductor_table(data)) + "\n")
+        speedup = run / "speedup_cuda.json"
+        if speedup.exists():
+            rows = json.loads(speedup.read_text())
+            print("\n".join(speedup_table(rows)) + "\n")
+            planned = [r for r in rows if r["streams"] > 1 and _number(r.get("predicted"))]
+            best = max(planned, key=lambda r: r["plan_measured"])
+            worst = min(planned, key=lambda r: r["plan_measured"])
+            headlines.append(Headline(
+                f"{run.name}: multi-stream plans on the CUDA streams runtime, measured "
+                f"speed-up over eager ({len(planned)} zoo models)",
+                f"{worst['plan_measured']:.2f}x ({worst['model']}) to "
+                f"{best['plan_measured']:.2f}x ({best['model']})", ">= 1x",
+                worst["plan_measured"] >= 1.0))
+            kept = sum((r.get("kept") or "") == "eager" for r in planned)
+            headlines.append(Headline(f"{run.name}: the measured choice kept eager",
+                                      f"{kept} of {len(planned)} models", "-", None))
+    record(__file__, headlines)
+
+
+if __name__ == "__main__":
+    main()
