@@ -752,20 +752,39 @@ def main(argv: list[str] | None = None) -> None:
           f"{release}; graphs compiled through TorchAir's own backends.\n")
     static_rows = [] if args.dynamic else rows(args.models)
     dynamic_rows = rows(args.models, dynamic=True) if args.dynamic or not args.models else []
+    control = None
     if static_rows:
         print(markdown(static_rows))
+        control = negative_control()
+        print(f"\nNegative control ({control['case']}, planned without the order edges of "
+              f"GE's output refs and without verify_rewrite's check of them): "
+              f"{control['caught']} output-ref races found.")
     if dynamic_rows:
         print("\nWith `dynamic=True`: each case compiled once and run at 3 lengths, beside the "
               "predicted speed-up of its static twin (one length, static shapes).\n")
         print(markdown(dynamic_rows))
-    record_headlines(static_rows, dynamic_rows)
+    record_headlines(static_rows, dynamic_rows, control)
+
+
+def negative_control() -> dict[str, Any]:
+    """The train-mode batch norm in GE at 2 streams on ``h200``, planned without the order
+    edges of GE's output refs: the harness must find the race they prevent."""
+    name = "batchnorm_train"
+    result = run_case(models([name])[name], 2, "h200", "max-autotune", drop_ref_edges=True)
+    caught = sum(len(f.uncovered_output_refs) for _, f, _ in result.graphs)
+    return {"case": f"{name}, 2 streams, h200, max-autotune", "caught": caught}
 
 
 def record_headlines(table_rows: list[dict[str, Any]],
-                     dynamic_rows: list[dict[str, Any]] = ()) -> None:
+                     dynamic_rows: list[dict[str, Any]] = (),
+                     control: dict[str, Any] | None = None) -> None:
     from experiments.headline import Headline, record
 
     out = []
+    if control is not None:
+        out.append(Headline(f"TorchAir negative control: output-ref races found without their "
+                            f"order edges ({control['case']})", str(control["caught"]), ">= 1",
+                            control["caught"] > 0))
     for mode in MODES:
         rs = [r for r in table_rows if r["mode"] == mode]
         if not rs:
