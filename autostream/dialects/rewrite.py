@@ -75,8 +75,8 @@ def rewrite_graph(
 
     ``join_before_last``: the join wait goes right before the last launched op (which must
     be on the main stream; input ``copy_``, ``getitem`` and views do not count) instead of
-    right before ``output``, so that it precedes a real op (TorchAir's GE attaches a wait to the next op on its stream; see
-    ``dialects.torchair_modes``).  Returns the inserted nodes.  ``gm`` is edited in place
+    right before ``output``, so that it precedes a real op (TorchAir's GE attaches a wait
+    to the next op on its stream; see ``dialects.torchair_modes``).  Returns the inserted nodes.  ``gm`` is edited in place
     and recompiled.  ``core_scopes``: side stream -> the scope keys of its core budget
     (``core_budgets.scope_keys``).
     """

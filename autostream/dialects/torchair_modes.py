@@ -26,6 +26,7 @@ from typing import Any
 import networkx as nx
 import torch
 
+from autostream.dialects.input_mutations import emits_task, is_input_copy
 from autostream.scheduling.placement import Placement
 from autostream.scheduling.schedule import Schedule
 
@@ -81,8 +82,6 @@ def _forwards_lazy_view(graph: nx.DiGraph, name: str, stream_of: dict[str, int])
 
 
 def _is_input_copy(graph: nx.DiGraph, name: str) -> bool:
-    from autostream.dialects.input_mutations import is_input_copy
-
     return name in graph and is_input_copy(graph.nodes[name].get("fx"))
 
 
@@ -90,8 +89,6 @@ def _last_task(order: list[str] | tuple[str, ...], stream_of: dict[str, int],
                deps: nx.DiGraph) -> str | None:
     """The last launched op that emits a GE task, where the join's wait lands
     (:func:`autostream.dialects.input_mutations.emits_task`)."""
-    from autostream.dialects.input_mutations import emits_task
-
     def task(name: str) -> bool:
         node = deps.nodes[name].get("fx") if name in deps else None
         return node is None or emits_task(node)
