@@ -8,6 +8,7 @@ and elsewhere ``torch.compile(model, backend="autostream")`` plans and runs it.
 """
 
 from autostream.backend import backend
+from autostream.latest import last_report
 from autostream.passes import AutoStreamPass, PassReport
 from autostream.planning.plan import Plan, PlanOptions, plan_graph
 from autostream.scheduling.problem import SchedulingProblem
@@ -24,6 +25,7 @@ __all__ = [
     "SchedulingProblem",
     "Sync",
     "backend",
+    "last_report",
     "__version__",
     "plan_graph",
 ]

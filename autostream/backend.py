@@ -13,9 +13,11 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
+from autostream.backend_report import BackendReport
 from autostream.comm import has_communication
 from autostream.comm.reinplace import reinplace_all_reduces
 from autostream.fx.call_effects import EffectsUnknown, aot_mutated_inputs
+from autostream.latest import announce, tell
 from autostream.passes import AutoStreamPass, PassReport, graph_device, strict
 from autostream.planning.lift import LiftedPlan, LiftError, lift_plan
 from autostream.runtime.choice import MeasuredChoice
@@ -53,10 +55,13 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     ``runtime`` is ``"auto"`` (CUDA/NPU streams for accelerator inputs, threads on
     CPU), ``"threads"``, ``"streams"`` or ``"sequential"``; ``sanitize`` turns on the
     threads runtime's race sanitizer.  ``measure`` (default 5): for an applied plan,
-    the first calls time the multi-stream plan and Dynamo's eager graph, ``measure``
-    timed calls each, one per block in alternating order (``runtime.choice.MeasuredChoice``:
-    each block warms up untimed first), and every later call uses the faster (0 trusts
-    the plan without measuring).  A graph that communicates is never measured: it
+    the first calls time the multi-stream plan and Dynamo's eager graph in ``measure``
+    interleaved rounds (a warm-up and a timed call each per round: ``2 * measure``
+    calls per candidate), and every later call uses the plan only if it measured at
+    least 5% faster than the fallback, the spread of the rounds included; the choice
+    is re-checked now and then (``runtime.choice.MeasuredChoice``); 0 trusts the plan
+    without measuring.  Graphs compiled for autograd (grad enabled and a parameter or
+    input requires grad) keep the plan unmeasured.  A graph that communicates is never measured: it
     keeps the plan when one was applied, else the fallback (ranks would time it
     differently, and agreeing would take a collective of the library's own).
     ``fallback="inductor"`` also compiles the graph with Inductor (``torch.compile``'s
@@ -75,7 +80,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     cannot be loaded or ``sanitize`` with a runtime it cannot check raise a
     ``ValueError`` naming the option and the fix.  ``runtime="streams"`` with CPU
     inputs fails when the graph compiles.  The pass object, with its reports, is
-    ``backend(...).autostream_pass``.
+    ``backend(...).autostream_pass``; ``backend(...).last_report`` tells what the last
+    compiled graph got (``BackendReport.summary()``).
 
     A functional all-reduce whose input no other op can see runs in place, as
     hand-written code does (``autostream.comm.reinplace``).
@@ -105,7 +111,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         reinplace_all_reduces(gm)
-        report = stream_pass.run(gm, example_inputs)
+        report = stream_pass.apply(gm, example_inputs)  # told in the backend's report
+        stream_pass.reports.append(report)
         reports.append(report)
         if not report.applied or report.plan.is_single_stream:
             return make_boxed_func(gm.forward)  # one stream (maybe reordered): runs as is
@@ -121,8 +128,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
                                costs.runtime_segment_us, mutated_inputs=aot_mutated_inputs(gm))
         except (LiftError, EffectsUnknown) as exc:
             why = exc if isinstance(exc, LiftError) else LiftError(str(exc))
-            lifts.append(why)
-            log.info("autostream: plan kept on the ATen graph: %s", why)
+            lifts.append(why)  # told in the backend's report
             return None
         except Exception as exc:  # a bug: visible, and never a broken compilation
             if strict():
@@ -131,8 +137,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             lifts.append(why)
             log.warning("autostream: plan kept on the ATen graph: %s", why)
             return None
-        lifts.append(lifted)
-        log.info("autostream: %s", lifted.describe())
+        lifts.append(lifted)  # told in the backend's report
         if lifted.streams_used <= 1:
             return lifted.gm.forward
         return runner(lifted.gm, select_runtime(runtime, example_inputs))
@@ -140,26 +145,49 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     aot_compile = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
 
     def compile_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
-        check_runtime_device(runtime, graph_device(gm.graph, example_inputs))
+        device = graph_device(gm.graph, example_inputs)
+        check_runtime_device(runtime, device)
         reports.clear()
+        training = _needs_autograd(gm, example_inputs)
+        report = BackendReport(len(gm.graph.nodes), device, training)
         compiled = aot_compile(gm, example_inputs)
-        if _needs_autograd(gm, example_inputs):
+        report.passes = list(reports)
+        fn = choose(gm, example_inputs, compiled, report)
+        compile_fn.last_report = report
+        announce(report, report.log_level)
+        return _holding(fn, report)
+
+    def choose(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], compiled: Callable,
+               report: BackendReport) -> Callable:
+        """What runs the graph: the plan, a single-stream graph, or a measured choice."""
+        applied = report.applied
+        plan_runs = "the plan (multi-stream)" if applied else "the graph as compiled"
+        if report.training:
+            report.kept = plan_runs
+            report.not_measured = ("compiled for autograd (grad enabled and a parameter or "
+                                   "input requires grad); call under torch.no_grad() or "
+                                   "torch.inference_mode() to measure")
             return compiled
         # after AOT, whose functionalization refuses in-place collectives: the lifted
         # plan and the eager candidate run this graph
         reinplace_all_reduces(gm)
-        applied = any(r.applied for r in reports)
         if applied:
-            compiled = lifted_runner(gm, example_inputs, reports[-1].plan) or compiled
-        if applied and measure == 0 or not reports:
+            lifted = lifted_runner(gm, example_inputs, reports[-1].plan)
+            report.lift = lifts[-1] if lifts else None
+            compiled = lifted or compiled
+        if not reports:
+            report.kept, report.not_measured = plan_runs, "no graph reached the pass"
+            return compiled
+        if applied and measure == 0:
+            report.kept, report.not_measured = "the plan", "measure=0 trusts the plan"
             return compiled
         # Dynamo's graph calls the original (eager) ops, which skips AOTAutograd's
         # decompositions and per-call wrappers; Inductor is compiled only when used.
         if has_communication(gm.graph):
             # by prediction: timings differ per rank, and agreeing on them would take a
             # collective of our own (docs/distributed.md)
-            log.info("autostream: the graph communicates: %s kept by prediction, not "
-                     "measured", "the plan" if applied else fallback)
+            report.kept = "the plan" if applied else fallback
+            report.not_measured = "the graph communicates: kept by prediction"
             if applied:
                 return compiled
             return _inductor(gm, example_inputs) if fallback == "inductor" else gm.forward
@@ -167,13 +195,17 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         if fallback == "inductor":
             singles["inductor"] = _inductor(gm, example_inputs)
         if not applied and (len(singles) == 1 or measure == 0):
+            report.kept, report.not_measured = fallback, "no plan to measure"
             return singles[fallback]
         candidates = {"streams": compiled, **singles} if applied else singles
-        choice = MeasuredChoice(candidates, trials=measure)
+        choice = MeasuredChoice(candidates, trials=measure, default=fallback,
+                                on_choice=lambda *_: tell(f"autostream: {report.measured_line()}"))
+        report.choice = choice
         choices.append(choice)
         return choice
 
     compile_fn.autostream_pass = stream_pass
+    compile_fn.last_report = None
     compile_fn.measured_choices = choices
     compile_fn.lifts = lifts
     return compile_fn
@@ -199,8 +231,22 @@ def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ValueError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
-                         f"backend() takes runtime, sanitize, measure, fallback and the pass "
-                         f"options {', '.join(allowed)}")
+                         f"backend() takes runtime, sanitize, measure, fallback, deterministic "
+                         f"and the pass options {', '.join(allowed)}")
+
+
+def _holding(fn: Callable, report: BackendReport) -> Callable:
+    """``fn``, holding ``report`` alive as long as Dynamo keeps the compiled graph
+    (``autostream.last_report()`` keeps only a weak reference)."""
+    try:
+        fn.autostream_report = report
+        return fn
+    except AttributeError:  # a bound method (Dynamo's own graph)
+        def run(*args: Any) -> Any:
+            return fn(*args)
+
+        run.autostream_report = report
+        return run
 
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:

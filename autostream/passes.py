@@ -43,10 +43,12 @@ from autostream.dialects.torchair_modes import (
 )
 from autostream.dialects.verify import verify_rewrite
 from autostream.fx.graph import target_name
+from autostream.latest import announce
 from autostream.memory.budget import format_bytes
 from autostream.planning.plan import Plan, PlanOptions, plan_graph
 from autostream.scheduling.core_budgets import cores_missing, scope_keys
 from autostream.stages import StageTimes, Stopwatch, collector_paused
+from autostream.summaries import pass_summary, table_label, table_mismatch
 from autostream.version import __version__
 
 try:  # Inductor's interface for post-grad passes (its cache keys on ``uuid()``)
@@ -89,9 +91,12 @@ class Outcome(enum.Enum):
         return logging.INFO if self in quiet else logging.WARNING
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PassReport:
-    """What one call of the pass did to one graph: the outcome, in words, and the plan."""
+    """What one call of the pass did to one graph: the outcome, in words, and the plan.
+
+    ``summary()`` tells it in a few lines (the repr too); ``figures()`` gives the numbers.
+    """
 
     graph_nodes: int
     outcome: Outcome
@@ -105,12 +110,25 @@ class PassReport:
     rank_digest: str | None = None
     #: the ranks whose digests differ from this one's, in words (``None``: none seen)
     rank_mismatch: str | None = None
+    #: the device type of the graph's tensors ("" when unknown)
+    device: str = ""
+    #: the cost table that planned the graph, in words (``summaries.table_label``)
+    cost_table: str = ""
 
     @property
     def applied(self) -> bool:
         return self.outcome is Outcome.APPLIED
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> str:
+        """What was done to which graph, the plan's streams, syncs and predicted times, the
+        cost table and where its costs came from, in a few lines."""
+        return pass_summary(self)
+
+    def __repr__(self) -> str:
+        return f"<PassReport {self.summary()}>"
+
+    def figures(self) -> dict[str, Any]:
+        """The figures a ``--json`` output needs (the plan's, the outcome, stage seconds)."""
         out: dict[str, Any] = {"applied": self.applied, "outcome": self.outcome.value,
                                "reason": self.reason, "graph_nodes": self.graph_nodes}
         if self.plan is not None:
@@ -208,6 +226,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
     reports: deque[PassReport] = field(init=False, compare=False, hash=False, repr=False)
     _table: TableCostModel | None = field(init=False, compare=False, hash=False, repr=False)
     _defaults: dict[str, DefaultTable] = field(init=False, compare=False, hash=False, repr=False)
+    _warned: set[str] = field(init=False, compare=False, hash=False, repr=False)  # devices
     _digest: list[str] = field(init=False, compare=False, hash=False, repr=False)
     #: the digest as a code object's constant: TorchAir keys its compile cache on
     #: ``md5(dis.dis(pass))``, which shows an instance's code-valued attributes only
@@ -225,6 +244,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             raise ValueError(f"cost_table={os.fspath(self.cost_table)!r}: {missing}")
         object.__setattr__(self, "_table", table)
         object.__setattr__(self, "_defaults", {})
+        object.__setattr__(self, "_warned", set())
         object.__setattr__(self, "_digest", [])
         object.__setattr__(self, "reports", deque(maxlen=self.history))
         object.__setattr__(self, "_cache_key", digest_code(self.digest()))
@@ -239,8 +259,15 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
                               for f in dataclasses.fields(PlanOptions)})
 
     def cost_model_for(self, device_type: str) -> TableCostModel:
-        """The user's table, else the default of ``device_type`` (warning once if unmeasured)."""
+        """The user's table, else the default of ``device_type`` (warning once if unmeasured,
+        or, for the user's table, if it was made for another kind of device)."""
         if self._table is not None:
+            mismatch = table_mismatch(self._table.profile.kind, device_type)
+            if mismatch and device_type not in self._warned:
+                self._warned.add(device_type)
+                log.warning("autostream: cost_table=%r: %s; pass cost_table=None (the "
+                            "default table of the graph's device) or a table `autostream "
+                            "calibrate` measured here", os.fspath(self.cost_table), mismatch)
             return self._table
         if device_type not in self._defaults:
             self._defaults[device_type] = choice = default_table(device_type)
@@ -282,8 +309,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         ``config.mode`` (what TorchAir will do after the pass depends on it)."""
         report = self.apply(gm, example_inputs, mode)
         self.reports.append(report)
-        log.log(report.outcome.log_level, "autostream pass on %d-node graph: %s",
-                report.graph_nodes, report.reason)
+        announce(report, report.outcome.log_level)
         return report
 
     def apply(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None,
@@ -314,7 +340,17 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
     def _plan_and_rewrite(self, gm: torch.fx.GraphModule, example_inputs: Any = None,
                           mode: str | None = None) -> PassReport:
         with collector_paused():
-            return self._plan_and_rewrite_graph(gm, example_inputs, mode)
+            report = self._plan_and_rewrite_graph(gm, example_inputs, mode)
+        device = graph_device(gm.graph, example_inputs)
+        return dataclasses.replace(report, device=device, cost_table=self.table_label(device))
+
+    def table_label(self, device_type: str) -> str:
+        """The cost table of graphs on ``device_type``, in words (``summaries.table_label``)."""
+        try:
+            model = self.cost_model_for(device_type)
+        except Exception:  # a default table that cannot load: the report says so
+            return "(none could be loaded)"
+        return table_label(model, self.cost_table, device_type)
 
     def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any,
                                 mode: str | None = None) -> PassReport:

@@ -154,7 +154,7 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
                             core_budgets=core_budgets).apply(gm)
     if report.plan is None:
         raise RuntimeError(f"the model could not be planned: {report.reason}")
-    summary = report.summary()
+    summary = report.figures()
     summary["solver"] = solver
     summary["solver_stats"] = solver_stats(report.plan.schedule)
     summary["notes"] = list(report.plan.notes)
