@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -28,6 +29,7 @@ from autostream.runtime.select import (
     make_runner,
     select_runtime,
 )
+from autostream.summaries import table_mismatch
 
 #: Single-stream alternatives the backend can measure the plan against.
 FALLBACKS = ("eager", "inductor")
@@ -105,6 +107,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     choices: deque[MeasuredChoice] = deque(maxlen=stream_pass.history)
     lifts: deque[LiftedPlan | LiftError] = deque(maxlen=stream_pass.history)
     reports: list[PassReport] = []  # the current compile's, one per AOT graph
+    warned: set[str] = set()  # device types told their table was made for another kind
 
     def runner(gm: torch.fx.GraphModule, kind: str) -> Callable[..., Any]:
         return make_runner(gm, kind, sanitize=sanitize, deterministic=deterministic)
@@ -147,6 +150,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     def compile_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         device = graph_device(gm.graph, example_inputs)
         check_runtime_device(runtime, device)
+        warn_table_device(stream_pass, device, warned)
         reports.clear()
         training = _needs_autograd(gm, example_inputs)
         report = BackendReport(len(gm.graph.nodes), device, training)
@@ -233,6 +237,19 @@ def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,
         raise ValueError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
                          f"backend() takes runtime, sanitize, measure, fallback, deterministic "
                          f"and the pass options {', '.join(allowed)}")
+
+
+def warn_table_device(stream_pass: AutoStreamPass, device: str, warned: set[str]) -> None:
+    """Warn once per device type when the user's cost table was made for another kind of
+    device than the one the graph runs on (its predictions are not this machine's)."""
+    if stream_pass.cost_table is None or device in warned:
+        return
+    mismatch = table_mismatch(stream_pass.cost_model_for(device).profile.kind, device)
+    if mismatch:
+        warned.add(device)
+        log.warning("autostream: cost_table=%r: %s; pass cost_table=None (the default table "
+                    "of the graph's device) or a table `autostream calibrate` measured here",
+                    os.fspath(stream_pass.cost_table), mismatch)
 
 
 def _holding(fn: Callable, report: BackendReport) -> Callable:

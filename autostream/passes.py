@@ -48,7 +48,7 @@ from autostream.memory.budget import format_bytes
 from autostream.planning.plan import Plan, PlanOptions, plan_graph
 from autostream.scheduling.core_budgets import cores_missing, scope_keys
 from autostream.stages import StageTimes, Stopwatch, collector_paused
-from autostream.summaries import pass_summary, table_label, table_mismatch
+from autostream.summaries import pass_summary, table_label
 from autostream.version import __version__
 
 try:  # Inductor's interface for post-grad passes (its cache keys on ``uuid()``)
@@ -130,7 +130,8 @@ class PassReport:
     def figures(self) -> dict[str, Any]:
         """The figures a ``--json`` output needs (the plan's, the outcome, stage seconds)."""
         out: dict[str, Any] = {"applied": self.applied, "outcome": self.outcome.value,
-                               "reason": self.reason, "graph_nodes": self.graph_nodes}
+                               "reason": self.reason, "graph_nodes": self.graph_nodes,
+                               "device": self.device, "cost_table": self.cost_table}
         if self.plan is not None:
             out.update(self.plan.summary())
         stages = self.stages or (self.plan.stages if self.plan is not None else None)
@@ -226,7 +227,6 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
     reports: deque[PassReport] = field(init=False, compare=False, hash=False, repr=False)
     _table: TableCostModel | None = field(init=False, compare=False, hash=False, repr=False)
     _defaults: dict[str, DefaultTable] = field(init=False, compare=False, hash=False, repr=False)
-    _warned: set[str] = field(init=False, compare=False, hash=False, repr=False)  # devices
     _digest: list[str] = field(init=False, compare=False, hash=False, repr=False)
     #: the digest as a code object's constant: TorchAir keys its compile cache on
     #: ``md5(dis.dis(pass))``, which shows an instance's code-valued attributes only
@@ -244,7 +244,6 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             raise ValueError(f"cost_table={os.fspath(self.cost_table)!r}: {missing}")
         object.__setattr__(self, "_table", table)
         object.__setattr__(self, "_defaults", {})
-        object.__setattr__(self, "_warned", set())
         object.__setattr__(self, "_digest", [])
         object.__setattr__(self, "reports", deque(maxlen=self.history))
         object.__setattr__(self, "_cache_key", digest_code(self.digest()))
@@ -259,20 +258,18 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
                               for f in dataclasses.fields(PlanOptions)})
 
     def cost_model_for(self, device_type: str) -> TableCostModel:
-        """The user's table, else the default of ``device_type`` (warning once if unmeasured,
-        or, for the user's table, if it was made for another kind of device)."""
+        """The user's table, else the default of ``device_type`` (warning once if unmeasured)."""
         if self._table is not None:
-            mismatch = table_mismatch(self._table.profile.kind, device_type)
-            if mismatch and device_type not in self._warned:
-                self._warned.add(device_type)
-                log.warning("autostream: cost_table=%r: %s; pass cost_table=None (the "
-                            "default table of the graph's device) or a table `autostream "
-                            "calibrate` measured here", os.fspath(self.cost_table), mismatch)
             return self._table
         if device_type not in self._defaults:
             self._defaults[device_type] = choice = default_table(device_type)
             if choice.warning:
                 log.warning("autostream: %s", choice.warning)
+            missing = cores_missing(choice.model) if self.core_budgets else None
+            if missing:
+                log.warning("autostream: core_budgets=True, but %s graphs are planned with "
+                            "the default table %r, which cannot hold them, so without core "
+                            "budgets: %s", device_type, choice.name, missing)
         return self._defaults[device_type].model
 
     def digest(self) -> str:

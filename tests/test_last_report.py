@@ -114,14 +114,22 @@ def test_the_pass_report_is_the_latest_and_verbose_prints_it(monkeypatch, capsys
     assert report.figures()["outcome"] == "applied"
 
 
-def test_a_table_for_another_device_warns_once(caplog):
-    p = AutoStreamPass(max_streams=2, cost_table="h200")
+def test_a_table_for_another_device_warns_once_where_the_graph_runs(caplog):
+    be = autostream.backend(cost_table="h200", measure=0)
     with caplog.at_level(logging.WARNING, logger="autostream"):
-        for _ in range(2):
-            [c] = capture(*two_branch_gemv(depth=2))
-            p.run(c.gm)
+        for depth in (2, 3):  # two graphs compiled by one backend
+            torch._dynamo.reset()
+            model, inputs = two_branch_gemv(depth=depth)
+            _run(torch.compile(model, backend=be), inputs, 1)
+    torch._dynamo.reset()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == ["autostream: cost_table='h200': made for cuda devices, but the graph "
                         "is on cpu: its times are not this machine's; pass cost_table=None (the "
                         "default table of the graph's device) or a table `autostream calibrate` "
                         "measured here"]
+    # planning for another device from a graph captured here is told, not warned
+    [c] = capture(*two_branch_gemv(depth=2))
+    with caplog.at_level(logging.WARNING, logger="autostream"):
+        caplog.clear()
+        report = AutoStreamPass(cost_table="ascend910b").run(c.gm)
+    assert not caplog.records and "made for npu devices" in report.summary()
