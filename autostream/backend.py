@@ -203,7 +203,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             return singles[fallback]
         candidates = {"streams": compiled, **singles} if applied else singles
         choice = MeasuredChoice(candidates, trials=measure, default=fallback,
-                                on_choice=lambda *_: tell(f"autostream: {report.measured_line()}"))
+                                on_choice=lambda *_: _chosen(report))
         report.choice = choice
         choices.append(choice)
         return choice
@@ -237,6 +237,18 @@ def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,
         raise ValueError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
                          f"backend() takes runtime, sanitize, measure, fallback, deterministic "
                          f"and the pass options {', '.join(allowed)}")
+
+
+def _chosen(report: BackendReport) -> None:
+    """Tell the measured choice; warn when the cost table is far from the measurement."""
+    tell(f"autostream: {report.measured_line()}")
+    check = report.prediction_check()
+    main = report.pass_report
+    if check is not None and check[1] and main is not None:
+        log.warning("autostream: the cost table %s is far from this machine: %s; plans rest "
+                    "on its figures: measure the model here with `autostream calibrate SPEC "
+                    "--device %s --out my.json` and pass cost_table='my.json'",
+                    main.cost_table, check[0], report.device)
 
 
 def warn_table_device(stream_pass: AutoStreamPass, device: str, warned: set[str]) -> None:

@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from autostream.runtime.choice import MeasuredChoice
 
 
+#: a cost table whose single-stream prediction is this many times off the measured eager
+#: graph is told to be far from this machine (a warning)
+FAR = 3.0
+
+
 @dataclass(eq=False, repr=False)
 class BackendReport:
     """One Dynamo graph: its pass reports (one per AOT graph: the forward, and the
@@ -93,8 +98,23 @@ class BackendReport:
     def measured_line(self) -> str:
         """The measured choice in words (or why nothing was measured, and what runs)."""
         if self.choice is not None:
-            return self.choice.describe()
+            gap = self.prediction_check()
+            return self.choice.describe() + (f"; {gap[0]}" if gap else "")
         return f"not measured: {self.not_measured}; runs {self.kept}"
+
+    def prediction_check(self) -> tuple[str, bool] | None:
+        """The cost table's single-stream prediction against the measured eager graph, in
+        words, and whether they are more than ``FAR`` times apart (``None`` until measured).
+        """
+        timings = self.choice.timings if self.choice is not None else {}
+        plan = self.lift if hasattr(self.lift, "single_stream_us") else self.plan
+        if "eager" not in timings or plan is None or plan.single_stream_us <= 0:
+            return None
+        predicted, measured = plan.single_stream_us, timings["eager"].median * 1e6
+        factor = max(predicted / measured, measured / predicted)
+        text = (f"one stream predicted {predicted:.0f} us, measured {measured:.0f} us "
+                f"({predicted / measured:.2f}x)")
+        return text, factor > FAR
 
     def __repr__(self) -> str:
         return f"<BackendReport {self.summary()}>"

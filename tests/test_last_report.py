@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 
 import torch
 
 import autostream
+from autostream.backend_report import BackendReport
 from autostream.fx.capture import capture
 from autostream.models.zoo import two_branch_gemv
 from autostream.passes import AutoStreamPass
+from autostream.runtime.choice import MeasuredChoice
 
 
 def _run(compiled, inputs, calls: int) -> None:
@@ -133,3 +136,35 @@ def test_a_table_for_another_device_warns_once_where_the_graph_runs(caplog):
         caplog.clear()
         report = AutoStreamPass(cost_table="ascend910b").run(c.gm)
     assert not caplog.records and "made for npu devices" in report.summary()
+
+
+def _decided(eager_s: float, streams_s: float) -> MeasuredChoice:
+    choose = MeasuredChoice({"streams": abs, "eager": abs}, trials=1, default="eager",
+                            settle_s=0.0, clock=iter([0, 0, 0, streams_s, 0, 0, 0, eager_s]
+                                                     ).__next__)
+    for _ in range(4):
+        choose(1)
+    return choose
+
+
+def test_a_cost_table_far_from_the_measurement_warns(caplog):
+    from types import SimpleNamespace
+
+    backend_module = sys.modules["autostream.backend"]  # the package exports the function
+    lifted = SimpleNamespace(single_stream_us=2205.0, describe=lambda: "lifted")
+    table = SimpleNamespace(applied=True, cost_table="'cpu' (the default of cpu graphs)")
+    for eager_s, far in ((200e-6, True), (1800e-6, False)):
+        report = BackendReport(10, "cpu", False, [table], lifted, _decided(eager_s, 1e-4))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="autostream"):
+            backend_module._chosen(report)
+        assert report.prediction_check()[1] is far
+        assert ("one stream predicted 2205 us, measured "
+                f"{eager_s * 1e6:.0f} us") in report.measured_line()
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warned) == far
+        if far:
+            assert "autostream: the cost table 'cpu' (the default of cpu graphs) is far from " \
+                   "this machine: one stream predicted 2205 us, measured 200 us " \
+                   "(11.03x); plans rest on its figures: measure the model here with " \
+                   "`autostream calibrate SPEC --device cpu" in warned[0]

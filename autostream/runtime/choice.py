@@ -263,7 +263,7 @@ class MeasuredChoice:
         return name, timed, self._settle_wait(name)
 
     def _settle_wait(self, name: str) -> float:
-        if self._last is None or self._last[0] == name:
+        if self._last is None or self._last[0] == name or self._settle_s == 0:
             return 0.0
         return max(0.0, self._settle_s - (self._clock() - self._last[1]))
 
