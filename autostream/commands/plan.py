@@ -193,6 +193,9 @@ def describe(spec: str, s: dict[str, Any]) -> str:
         + (f"  (speed-up {s['single_stream_us'] / s['makespan_us']:.2f}x)"
            if s["makespan_us"] > 0 else ""),
         f"  syncs              {s['num_syncs']}",
+        *([f"  with runtime costs {s['predicted_us']:.2f} us  (the makespan and the multi-stream "
+           f"runtime's host costs, as compare's column)"]
+          if s.get("predicted_us") and s["streams_used"] > 1 else []),
         f"  cost table         {s.get('cost_table', 'unknown')}",
         *([f"  cost sources       {s['cost_sources']}"] if "cost_sources" in s else []),
         *_memory_lines(s),
