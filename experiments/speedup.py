@@ -38,9 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import queue
-import statistics
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -56,6 +54,7 @@ from autostream.planning.plan import PlanOptions, load_cost_model, predicted_spe
 from autostream.runtime import make_runner
 from autostream.runtime.builder import two_chains
 from autostream.runtime.choice import SETTLE_S
+from autostream.timing import machine_load, method, time_alternating
 from experiments.headline import Headline, record
 
 #: the deep GEMV pair, and its target speed-up; no model may lose more than FLOOR;
@@ -113,39 +112,6 @@ class Row:
     error_vs_eager: float = float("nan")
     #: ``torch.compile`` with Dynamo's identity backend: what any backend costs per call
     dynamo_ms: float | None = None
-
-
-def _sync(device: torch.device | None) -> None:
-    if device is not None and device.type != "cpu":
-        torch.accelerator.synchronize()
-
-
-def time_alternating(variants: dict[str, Callable[[], Any]], runs: int, warmup: int,
-                     device: torch.device | None = None, settle_s: float = SETTLE_S
-                     ) -> dict[str, float]:
-    """Median seconds of one call of each variant, the variants interleaved round by round.
-
-    Each timed call follows untimed calls of the same variant for at least
-    ``settle_s`` (at least one), so no variant is timed while the previous variant's
-    OpenMP threads still spin (several ms after a 2-thread call: see
-    ``autostream.runtime.choice``).
-    """
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for i in range(warmup + runs):
-        for name, fn in variants.items():
-            start = time.perf_counter()
-            fn()
-            _sync(device)
-            while time.perf_counter() - start < settle_s:
-                fn()
-                _sync(device)
-            t0 = time.perf_counter()
-            fn()
-            _sync(device)
-            dt = time.perf_counter() - t0
-            if i >= warmup:
-                samples[name].append(dt)
-    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
@@ -394,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
           f"runtime={args.runtime}, max_streams={args.max_streams}, solver={args.solver}, "
           f"fallback={args.fallback}, "
           f"cost_table={args.cost_table or 'default'}", flush=True)
+    print(f"timing: {method(args.runs, args.warmup, args.settle_ms / 1e3)}; {machine_load()}",
+          flush=True)
     rows = []
     if not args.no_probe:
         for row in measure_probe(args):

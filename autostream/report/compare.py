@@ -168,12 +168,14 @@ def write_reports(
     table_text = markdown_table(results)
     notes = [f"- {r.solver}: {r.note}" for r in results if r.note]
     head = f"# {title}\n\n" if title else ""
-    body = (f"{head}{problem.graph.number_of_nodes()} ops, up to {problem.streams} streams, "
+    body = (f"{head}{problem.graph.number_of_nodes()} ops, up to {problem.streams} stream{'s' * (problem.streams != 1)}, "
             f"sync latency {problem.sync_latency_us:.1f} us, single-stream time "
             f"{get_solver('single')(problem).makespan:,.1f} us"
             + (f"; cost table {table}" if table else "") + f".\n\n{table_text}\n")
     if any(r.runtime_us is not None for r in results):
         body += f"\n{RUNTIME_NOTE}\n"
+    if any(r.ok and r.schedule is not None and r.schedule.optimal for r in results):
+        body += "\n`*`: proven optimal.\n"
     if notes:
         body += "\nNotes:\n" + "\n".join(notes) + "\n"
     files = ReportFiles(out / "table.md")
