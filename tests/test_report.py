@@ -362,3 +362,18 @@ def test_gantt_legend_names_what_is_drawn_and_the_memory_axis_shows_a_small_rise
     assert labels[1] == f"makespan {plan.makespan:.1f} us"
     low, high = panel.get_ylim()
     assert 99 < low < 100 and 101 < high < 101.2  # MiB: the 1% rise fills the panel
+
+
+def test_compare_says_whether_graph_dumps_were_rendered(tmp_path, monkeypatch, capsys) -> None:
+    from autostream.cli import main
+    from autostream.report import dot
+
+    stg = tmp_path / "g.stg"
+    stg.write_text("2\n0 0 0\n1 3 1 0\n2 3 1 0\n3 0 2 1 2\n")
+    monkeypatch.setattr(dot.shutil, "which", lambda name: None)
+    assert main(["compare", str(stg), "--solvers", "single,heft", "--out",
+                 str(tmp_path / "out")]) == 0
+    out = capsys.readouterr()
+    assert "*_graph.dot (Graphviz's `dot` is not installed, so no SVG" in out.out
+    assert "planning with single ...\nplanning with heft ..." in out.err  # progress
+    assert not list((tmp_path / "out").glob("*.svg"))

@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     failed = [r.solver for r in results if not r.ok]
     if failed:
         print(f"warning: no plan from {', '.join(failed)} (see the table)")
+    from autostream.report.dot import rendering
+
     print(f"wrote {len(files.all())} files to {Path(args.out)}/ (table.md, *_gantt.png, "
-          "*_trace.json for ui.perfetto.dev, *_graph.dot)")
+          f"*_trace.json for ui.perfetto.dev, {rendering()})")
     return 0 if any(r.ok for r in results) else 1

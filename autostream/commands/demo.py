@@ -134,7 +134,9 @@ def _plan_for_device(table: str, device: str, args: argparse.Namespace,
     one_stream_us = single.schedule.makespan if single is not None else problem.single_stream_time()
     _say(f"best multi-stream plan: {best.solver}: Gantt {files.gantt[best.solver]}, trace "
          f"{files.trace[best.solver]} (open in https://ui.perfetto.dev), graph "
-         f"{files.graph[best.solver][-1]}\n")
+         f"{files.graph[best.solver][-1]}"
+         + ("" if files.graph[best.solver][-1].suffix == ".svg" else
+            " (no Graphviz here: render it with `dot -Tsvg`)") + "\n")
     return DevicePlan(device, best.solver, best.schedule.streams_used, len(best.syncs),
                       one_stream_us / best.schedule.makespan,
                       best.memory.peak_bytes / single.memory.peak_bytes - 1
