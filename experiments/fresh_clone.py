@@ -56,14 +56,31 @@ def run(title: str, command: str, cwd: Path, env: dict[str, str], timeout_s: flo
     print(f"{title}: {command}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     try:
-        done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
-        code, out = done.returncode, done.stdout + done.stderr
+        done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout_s,
+                              check=False)
+        code, out = done.returncode, without_index_noise(done.stdout)
     except subprocess.TimeoutExpired as exc:
         code, out = 124, f"{exc.stdout or ''}\ntimed out after {timeout_s:.0f} s"
     seconds = time.perf_counter() - t0
     print(f"  exit {code} in {seconds:.0f} s", file=sys.stderr, flush=True)
     return Step(title, command, code, seconds, out if isinstance(out, str) else out.decode())
+
+
+def without_index_noise(text: str) -> str:
+    """``text`` without pip's warnings about a local index's missing pages (this machine's
+    pip configuration, not the project's), counted in one line.
+
+    >>> without_index_noise("a\nWARNING: Location 'file:///x/' is ignored: it is neither\nb")
+    "a\nb\n[1 line of pip's warnings about a local package index left out]"
+    """
+    lines = text.splitlines()
+    kept = [ln for ln in lines if not ln.startswith("WARNING: Location 'file:")]
+    cut = len(lines) - len(kept)
+    if cut:
+        kept.append(f"[{cut} line{'s' * (cut != 1)} of pip's warnings about a local package "
+                    f"index left out]")
+    return "\n".join(kept)
 
 
 def tail(text: str, n: int = TAIL) -> str:
@@ -117,9 +134,10 @@ def main(argv: list[str] | None = None) -> int:
                          args.timeout))
         venv = ". .venv/bin/activate && "
         index = f" --index-url {shlex.quote(args.torch_index)}" if args.torch_index else ""
-        quick = [("Quick start: install and demo",
+        quick = [("Quick start: a virtual environment, CPU torch, the package",
                   f"python3 -m venv .venv && {venv}pip install -q torch==2.13.0{index} && "
-                  f"pip install -q -e '.[test]' && autostream demo"),
+                  f"pip install -q -e '.[test]'"),
+                 ("Quick start: the demo", f"{venv}autostream demo"),
                  ("The README's test command",
                   f"{venv}python -m pytest -q --slow {' '.join(args.tests)}".rstrip()),
                  ("autostream plan on a transformers model (2-layer Llama)",
