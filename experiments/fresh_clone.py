@@ -71,8 +71,8 @@ def without_index_noise(text: str) -> str:
     """``text`` without pip's warnings about a local index's missing pages (this machine's
     pip configuration, not the project's), counted in one line.
 
-    >>> without_index_noise("a\nWARNING: Location 'file:///x/' is ignored: it is neither\nb")
-    "a\nb\n[1 line of pip's warnings about a local package index left out]"
+    >>> without_index_noise("a\\nWARNING: Location 'file:///x/' is ignored\\nb").splitlines()
+    ['a', 'b', "[1 line of pip's warnings about a local package index left out]"]
     """
     lines = text.splitlines()
     kept = [ln for ln in lines if not ln.startswith("WARNING: Location 'file:")]
