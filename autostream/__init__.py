@@ -8,9 +8,9 @@ and elsewhere ``torch.compile(model, backend="autostream")`` plans and runs it.
 """
 
 from autostream.backend import backend
-from autostream.latest import last_report
 from autostream.passes import AutoStreamPass, PassReport
 from autostream.planning.plan import Plan, PlanOptions, plan_graph
+from autostream.report.latest import last_report
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import JOIN, Schedule, Sync
 from autostream.version import __version__

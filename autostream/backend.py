@@ -6,7 +6,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -14,13 +14,15 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from autostream.backend_report import BackendReport
 from autostream.comm import has_communication
 from autostream.comm.reinplace import reinplace_all_reduces
+from autostream.cost.label import table_mismatch
 from autostream.fx.call_effects import EffectsUnknown, aot_mutated_inputs
-from autostream.latest import announce, tell
-from autostream.passes import AutoStreamPass, PassReport, graph_device, strict
+from autostream.passes import AutoStreamPass, Outcome, PassReport, graph_device, strict
 from autostream.planning.lift import LiftedPlan, LiftError, lift_plan
+from autostream.planning.plan import Plan
+from autostream.report.latest import announce, tell
+from autostream.report.summary import outcome_text, plan_lines
 from autostream.runtime.choice import MeasuredChoice
 from autostream.runtime.sanitizer import SanitizerConfig
 from autostream.runtime.select import (
@@ -29,7 +31,6 @@ from autostream.runtime.select import (
     make_runner,
     select_runtime,
 )
-from autostream.summaries import table_mismatch
 
 #: Single-stream alternatives the backend can measure the plan against.
 FALLBACKS = ("eager", "inductor")
@@ -213,6 +214,119 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     compile_fn.measured_choices = choices
     compile_fn.lifts = lifts
     return compile_fn
+
+
+#: a cost table whose single-stream prediction is this many times off the measured eager
+#: graph is told to be far from this machine (a warning)
+FAR = 3.0
+
+
+@dataclass(eq=False, repr=False)
+class BackendReport:
+    """One Dynamo graph: its pass reports (one per AOT graph: the forward, and the
+    backward when compiled for training), the lift, and the measured choice.
+
+    ``summary()`` tells it in a few lines; ``plan``, ``applied``, ``outcome`` and ``reason``
+    are those of the pass report that counts (the last applied one, else the last).
+    """
+
+    graph_nodes: int
+    device: str
+    training: bool
+    passes: list[PassReport] = field(default_factory=list)
+    lift: LiftedPlan | LiftError | None = None
+    choice: MeasuredChoice | None = None
+    #: what runs when nothing is measured, and why nothing is (``choice`` is then ``None``)
+    kept: str = ""
+    not_measured: str = ""
+
+    @property
+    def pass_report(self) -> PassReport | None:
+        applied = [r for r in self.passes if r.applied]
+        return (applied or self.passes or [None])[-1]
+
+    @property
+    def plan(self) -> Plan | None:
+        r = self.pass_report
+        return None if r is None else r.plan
+
+    @property
+    def applied(self) -> bool:
+        r = self.pass_report
+        return r is not None and r.applied
+
+    @property
+    def outcome(self) -> Outcome | None:
+        r = self.pass_report
+        return None if r is None else r.outcome
+
+    @property
+    def reason(self) -> str:
+        r = self.pass_report
+        return "" if r is None else r.reason
+
+    @property
+    def log_level(self) -> int:
+        return max((r.outcome.log_level for r in self.passes), default=logging.INFO)
+
+    def summary(self) -> str:
+        """What was done to which graph, the streams, predicted and measured times, the
+        variant kept and why, and the cost table, in a few lines."""
+        mode = "training" if self.training else "inference"
+        head = (f"autostream backend, Dynamo graph of {self.graph_nodes} nodes "
+                f"({self.device}, {mode})")
+        main = self.pass_report
+        if main is None:
+            return f"{head}: no graph reached the pass"
+        lines = [f"{head}: {outcome_text(main)}"]
+        if len(self.passes) > 1:
+            names = ("forward", "backward")
+            lines += [f"  {names[i] if i < 2 else f'graph {i}'} ({r.graph_nodes} nodes): "
+                      f"{outcome_text(r)}" for i, r in enumerate(self.passes)]
+        lines += [f"  {line}" for line in plan_lines(main)]
+        if self.lift is not None:
+            where = (self.lift.describe() if hasattr(self.lift, "describe")
+                     else f"plan kept on the ATen graph: {self.lift}")
+            lines.append(f"  {where}")
+        lines.append(f"  {self.measured_line()}")
+        return "\n".join(lines)
+
+    def measured_line(self) -> str:
+        """The measured choice in words (or why nothing was measured, and what runs)."""
+        if self.choice is not None:
+            gap = self.prediction_check()
+            return self.choice.describe() + (f"; {gap[0]}" if gap else "")
+        return f"not measured: {self.not_measured}; runs {self.kept}"
+
+    def prediction_check(self) -> tuple[str, bool] | None:
+        """The cost table's single-stream prediction against the measured eager graph, in
+        words, and whether they are more than ``FAR`` times apart (``None`` until measured).
+        """
+        timings = self.choice.timings if self.choice is not None else {}
+        plan = self.lift if hasattr(self.lift, "single_stream_us") else self.plan
+        if "eager" not in timings or plan is None or plan.single_stream_us <= 0:
+            return None
+        predicted, measured = plan.single_stream_us, timings["eager"].median * 1e6
+        factor = max(predicted / measured, measured / predicted)
+        text = (f"one stream predicted {predicted:.0f} us, measured {measured:.0f} us "
+                f"({predicted / measured:.2f}x)")
+        return text, factor > FAR
+
+    def __repr__(self) -> str:
+        return f"<BackendReport {self.summary()}>"
+
+    def figures(self) -> dict[str, Any]:
+        """The pass report's figures, with the measured choice's."""
+        main = self.pass_report
+        out = main.figures() if main is not None else {}
+        if self.choice is not None:
+            out["measured_us"] = {n: round(t.median * 1e6, 1)
+                                  for n, t in self.choice.timings.items()}
+            out["kept"] = self.choice.choice
+            out["calls_to_decision"] = self.choice.calls_to_decision
+        else:
+            out["kept"] = self.kept
+        return out
 
 
 def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,

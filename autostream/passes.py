@@ -31,6 +31,7 @@ from autostream.comm import has_communication
 from autostream.comm.agree import check_through_store, graph_key, outcome_digest
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
+from autostream.cost.label import table_label
 from autostream.dialects.rewrite import restore, rewrite_graph, snapshot
 from autostream.dialects.torchair import is_stream_op
 from autostream.dialects.torchair_modes import (
@@ -43,12 +44,12 @@ from autostream.dialects.torchair_modes import (
 )
 from autostream.dialects.verify import verify_rewrite
 from autostream.fx.graph import target_name
-from autostream.latest import announce
 from autostream.memory.budget import format_bytes
 from autostream.planning.plan import Plan, PlanOptions, plan_graph
+from autostream.report.latest import announce
+from autostream.report.summary import pass_summary
 from autostream.scheduling.core_budgets import cores_missing, scope_keys
 from autostream.stages import StageTimes, Stopwatch, collector_paused
-from autostream.summaries import pass_summary, table_label
 from autostream.version import __version__
 
 try:  # Inductor's interface for post-grad passes (its cache keys on ``uuid()``)
@@ -112,7 +113,7 @@ class PassReport:
     rank_mismatch: str | None = None
     #: the device type of the graph's tensors ("" when unknown)
     device: str = ""
-    #: the cost table that planned the graph, in words (``summaries.table_label``)
+    #: the cost table that planned the graph, in words (``cost.label.table_label``)
     cost_table: str = ""
 
     @property
@@ -342,7 +343,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         return dataclasses.replace(report, device=device, cost_table=self.table_label(device))
 
     def table_label(self, device_type: str) -> str:
-        """The cost table of graphs on ``device_type``, in words (``summaries.table_label``)."""
+        """The cost table of graphs on ``device_type``, in words (``cost.label.table_label``)."""
         try:
             model = self.cost_model_for(device_type)
         except Exception:  # a default table that cannot load: the report says so

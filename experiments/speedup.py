@@ -54,7 +54,7 @@ from autostream.planning.plan import PlanOptions, load_cost_model, predicted_spe
 from autostream.runtime import make_runner
 from autostream.runtime.builder import two_chains
 from autostream.runtime.choice import SETTLE_S
-from autostream.timing import machine_load, method, time_alternating
+from autostream.runtime.timing import machine_load, method, time_alternating
 from experiments.headline import Headline, record
 
 #: the deep GEMV pair, and its target speed-up; no model may lose more than FLOOR;

@@ -10,7 +10,7 @@ import sys
 import torch
 
 import autostream
-from autostream.backend_report import BackendReport
+from autostream.backend import BackendReport
 from autostream.fx.capture import capture
 from autostream.models.zoo import two_branch_gemv
 from autostream.passes import AutoStreamPass

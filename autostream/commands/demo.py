@@ -29,7 +29,7 @@ DEMO_SOLVERS = ("single", "round_robin", "opara", "nimble", "heft", "cpsat")
 DEVICES = (("ascend910b", "Ascend 910B"), ("h200", "NVIDIA H200"))
 #: depth of each GEMV chain of the measured model
 GEMV_DEPTH = 8
-#: untimed rounds before the timed ones (``autostream.timing``)
+#: untimed rounds before the timed ones (``autostream.runtime.timing``)
 WARMUP = 5
 
 
@@ -162,8 +162,8 @@ def _compile(model: Any, inputs: tuple[Any, ...], streams: int, solver: str,
 
 
 def _time_variants(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median us of each variant, by the experiments' method (``autostream.timing``)."""
-    from autostream.timing import machine_load, method, time_alternating
+    """Median us of each variant, by the experiments' method (``autostream.runtime.timing``)."""
+    from autostream.runtime.timing import machine_load, method, time_alternating
 
     _say(f"timing: {method(repeats, WARMUP)} (the method of experiments/speedup.py); "
          f"{machine_load()}")

@@ -29,7 +29,7 @@ class Source:
     #: the multi-stream runtime's host costs, which ``autostream plan`` adds to a
     #: multi-stream plan's makespan (``None``: an STG graph, none)
     runtime: RuntimeCosts | None = None
-    #: the cost table, in words (``summaries.table_label``)
+    #: the cost table, in words (``cost.label.table_label``)
     table: str = "none: the .stg file's task times"
 
 
@@ -45,7 +45,7 @@ def problem_from_model(
     """Capture ``model``'s post-AOT graph (the largest, if Dynamo splits it), estimate
     op costs, and return the problem, with the split problem and runtime costs
     ``autostream plan`` uses for multi-stream plans."""
-    from autostream.summaries import table_label
+    from autostream.cost.label import table_label
 
     costs = load_cost_model(cost_table)
     plan = plan_model(model, example_inputs, max_streams=streams, solver="single",
