@@ -384,7 +384,7 @@ def _holding(fn: Callable, report: BackendReport) -> Callable:
     try:
         fn.autostream_report = report
         return fn
-    except AttributeError:  # a bound method (Dynamo's own graph)
+    except (AttributeError, TypeError):  # a bound method (Dynamo's own graph), a builtin
         def run(*args: Any) -> Any:
             return fn(*args)
 
