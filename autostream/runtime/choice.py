@@ -12,8 +12,8 @@ Each candidate's times give a median and a spread (the median absolute deviation
 The decision compares each candidate with the ``default`` (the single-stream graph)
 round by round: a candidate replaces the default only when the median of its per-round
 time ratios, plus their spread, is below ``1 - margin`` (``MARGIN``: 5% faster).  A
-stall of the machine spoils one round's ratio, not the median, and a close race keeps
-the default.
+stall of the machine spoils one round's ratio, not the median (with 3 rounds or more:
+fewer rounds trust every one), and a close race keeps the default.
 
 **Re-checks.**  After ``recheck_after`` calls (then twice as many, up to
 ``RECHECK_MAX``) the kept candidate is timed again against the runner-up, in
