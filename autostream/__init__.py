@@ -11,6 +11,7 @@ from autostream.backend import backend
 from autostream.passes import AutoStreamPass, PassReport
 from autostream.planning.check import check
 from autostream.planning.plan import Plan, PlanOptions, plan_graph
+from autostream.report.latest import last_report
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import JOIN, Schedule, Sync
 from autostream.version import __version__
@@ -26,6 +27,7 @@ __all__ = [
     "Sync",
     "backend",
     "check",
+    "last_report",
     "__version__",
     "plan_graph",
 ]

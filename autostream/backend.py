@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -15,9 +16,13 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from autostream.comm import has_communication
 from autostream.comm.reinplace import reinplace_all_reduces
+from autostream.cost.label import table_mismatch
 from autostream.fx.call_effects import EffectsUnknown, aot_mutated_inputs
-from autostream.passes import AutoStreamPass, PassReport, graph_device, strict
+from autostream.passes import AutoStreamPass, Outcome, PassReport, graph_device, strict
 from autostream.planning.lift import LiftedPlan, LiftError, lift_plan
+from autostream.planning.plan import Plan
+from autostream.report.latest import announce, tell
+from autostream.report.summary import outcome_text, plan_lines
 from autostream.runtime.choice import MeasuredChoice
 from autostream.runtime.sanitizer import SanitizerConfig
 from autostream.runtime.select import (
@@ -53,10 +58,13 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     ``runtime`` is ``"auto"`` (CUDA/NPU streams for accelerator inputs, threads on
     CPU), ``"threads"``, ``"streams"`` or ``"sequential"``; ``sanitize`` turns on the
     threads runtime's race sanitizer.  ``measure`` (default 5): for an applied plan,
-    the first calls time the multi-stream plan and Dynamo's eager graph, ``measure``
-    timed calls each, one per block in alternating order (``runtime.choice.MeasuredChoice``:
-    each block warms up untimed first), and every later call uses the faster (0 trusts
-    the plan without measuring).  A graph that communicates is never measured: it
+    the first calls time the multi-stream plan and Dynamo's eager graph in ``measure``
+    interleaved rounds (a warm-up and a timed call each per round: ``2 * measure``
+    calls per candidate), and every later call uses the plan only if it measured at
+    least 5% faster than the fallback, the spread of the rounds included; the choice
+    is re-checked now and then (``runtime.choice.MeasuredChoice``); 0 trusts the plan
+    without measuring.  Graphs compiled for autograd (grad enabled and a parameter or
+    input requires grad) keep the plan unmeasured.  A graph that communicates is never measured: it
     keeps the plan when one was applied, else the fallback (ranks would time it
     differently, and agreeing would take a collective of the library's own).
     ``fallback="inductor"`` also compiles the graph with Inductor (``torch.compile``'s
@@ -75,7 +83,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     cannot be loaded or ``sanitize`` with a runtime it cannot check raise a
     ``ValueError`` naming the option and the fix.  ``runtime="streams"`` with CPU
     inputs fails when the graph compiles.  The pass object, with its reports, is
-    ``backend(...).autostream_pass``.
+    ``backend(...).autostream_pass``; ``backend(...).last_report`` tells what the last
+    compiled graph got (``BackendReport.summary()``).
 
     A functional all-reduce whose input no other op can see runs in place, as
     hand-written code does (``autostream.comm.reinplace``).
@@ -99,13 +108,15 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     choices: deque[MeasuredChoice] = deque(maxlen=stream_pass.history)
     lifts: deque[LiftedPlan | LiftError] = deque(maxlen=stream_pass.history)
     reports: list[PassReport] = []  # the current compile's, one per AOT graph
+    warned: set[str] = set()  # device types told their table was made for another kind
 
     def runner(gm: torch.fx.GraphModule, kind: str) -> Callable[..., Any]:
         return make_runner(gm, kind, sanitize=sanitize, deterministic=deterministic)
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         reinplace_all_reduces(gm)
-        report = stream_pass.run(gm, example_inputs)
+        report = stream_pass.apply(gm, example_inputs)  # told in the backend's report
+        stream_pass.reports.append(report)
         reports.append(report)
         if not report.applied or report.plan.is_single_stream:
             return make_boxed_func(gm.forward)  # one stream (maybe reordered): runs as is
@@ -121,8 +132,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
                                costs.runtime_segment_us, mutated_inputs=aot_mutated_inputs(gm))
         except (LiftError, EffectsUnknown) as exc:
             why = exc if isinstance(exc, LiftError) else LiftError(str(exc))
-            lifts.append(why)
-            log.info("autostream: plan kept on the ATen graph: %s", why)
+            lifts.append(why)  # told in the backend's report
             return None
         except Exception as exc:  # a bug: visible, and never a broken compilation
             if strict():
@@ -131,8 +141,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             lifts.append(why)
             log.warning("autostream: plan kept on the ATen graph: %s", why)
             return None
-        lifts.append(lifted)
-        log.info("autostream: %s", lifted.describe())
+        lifts.append(lifted)  # told in the backend's report
         if lifted.streams_used <= 1:
             return lifted.gm.forward
         return runner(lifted.gm, select_runtime(runtime, example_inputs))
@@ -140,26 +149,50 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     aot_compile = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
 
     def compile_fn(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
-        check_runtime_device(runtime, graph_device(gm.graph, example_inputs))
+        device = graph_device(gm.graph, example_inputs)
+        check_runtime_device(runtime, device)
+        warn_table_device(stream_pass, device, warned)
         reports.clear()
+        training = _needs_autograd(gm, example_inputs)
+        report = BackendReport(len(gm.graph.nodes), device, training)
         compiled = aot_compile(gm, example_inputs)
-        if _needs_autograd(gm, example_inputs):
+        report.passes = list(reports)
+        fn = choose(gm, example_inputs, compiled, report)
+        compile_fn.last_report = report
+        announce(report, report.log_level)
+        return _holding(fn, report)
+
+    def choose(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], compiled: Callable,
+               report: BackendReport) -> Callable:
+        """What runs the graph: the plan, a single-stream graph, or a measured choice."""
+        applied = report.applied
+        plan_runs = "the plan (multi-stream)" if applied else "the graph as compiled"
+        if report.training:
+            report.kept = plan_runs
+            report.not_measured = ("compiled for autograd (grad enabled and a parameter or "
+                                   "input requires grad); call under torch.no_grad() or "
+                                   "torch.inference_mode() to measure")
             return compiled
         # after AOT, whose functionalization refuses in-place collectives: the lifted
         # plan and the eager candidate run this graph
         reinplace_all_reduces(gm)
-        applied = any(r.applied for r in reports)
         if applied:
-            compiled = lifted_runner(gm, example_inputs, reports[-1].plan) or compiled
-        if applied and measure == 0 or not reports:
+            lifted = lifted_runner(gm, example_inputs, reports[-1].plan)
+            report.lift = lifts[-1] if lifts else None
+            compiled = lifted or compiled
+        if not reports:
+            report.kept, report.not_measured = plan_runs, "no graph reached the pass"
+            return compiled
+        if applied and measure == 0:
+            report.kept, report.not_measured = "the plan", "measure=0 trusts the plan"
             return compiled
         # Dynamo's graph calls the original (eager) ops, which skips AOTAutograd's
         # decompositions and per-call wrappers; Inductor is compiled only when used.
         if has_communication(gm.graph):
             # by prediction: timings differ per rank, and agreeing on them would take a
             # collective of our own (docs/distributed.md)
-            log.info("autostream: the graph communicates: %s kept by prediction, not "
-                     "measured", "the plan" if applied else fallback)
+            report.kept = "the plan" if applied else fallback
+            report.not_measured = "the graph communicates: kept by prediction"
             if applied:
                 return compiled
             return _inductor(gm, example_inputs) if fallback == "inductor" else gm.forward
@@ -167,16 +200,133 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         if fallback == "inductor":
             singles["inductor"] = _inductor(gm, example_inputs)
         if not applied and (len(singles) == 1 or measure == 0):
+            report.kept, report.not_measured = fallback, "no plan to measure"
             return singles[fallback]
         candidates = {"streams": compiled, **singles} if applied else singles
-        choice = MeasuredChoice(candidates, trials=measure)
+        choice = MeasuredChoice(candidates, trials=measure, default=fallback,
+                                on_choice=lambda *_: _chosen(report))
+        report.choice = choice
         choices.append(choice)
         return choice
 
     compile_fn.autostream_pass = stream_pass
+    compile_fn.last_report = None
     compile_fn.measured_choices = choices
     compile_fn.lifts = lifts
     return compile_fn
+
+
+#: a cost table whose single-stream prediction is this many times off the measured eager
+#: graph is told to be far from this machine (a warning)
+FAR = 3.0
+
+
+@dataclass(eq=False, repr=False)
+class BackendReport:
+    """One Dynamo graph: its pass reports (one per AOT graph: the forward, and the
+    backward when compiled for training), the lift, and the measured choice.
+
+    ``summary()`` tells it in a few lines; ``plan``, ``applied``, ``outcome`` and ``reason``
+    are those of the pass report that counts (the last applied one, else the last).
+    """
+
+    graph_nodes: int
+    device: str
+    training: bool
+    passes: list[PassReport] = field(default_factory=list)
+    lift: LiftedPlan | LiftError | None = None
+    choice: MeasuredChoice | None = None
+    #: what runs when nothing is measured, and why nothing is (``choice`` is then ``None``)
+    kept: str = ""
+    not_measured: str = ""
+
+    @property
+    def pass_report(self) -> PassReport | None:
+        applied = [r for r in self.passes if r.applied]
+        return (applied or self.passes or [None])[-1]
+
+    @property
+    def plan(self) -> Plan | None:
+        r = self.pass_report
+        return None if r is None else r.plan
+
+    @property
+    def applied(self) -> bool:
+        r = self.pass_report
+        return r is not None and r.applied
+
+    @property
+    def outcome(self) -> Outcome | None:
+        r = self.pass_report
+        return None if r is None else r.outcome
+
+    @property
+    def reason(self) -> str:
+        r = self.pass_report
+        return "" if r is None else r.reason
+
+    @property
+    def log_level(self) -> int:
+        return max((r.outcome.log_level for r in self.passes), default=logging.INFO)
+
+    def summary(self) -> str:
+        """What was done to which graph, the streams, predicted and measured times, the
+        variant kept and why, and the cost table, in a few lines."""
+        mode = "training" if self.training else "inference"
+        head = (f"autostream backend, Dynamo graph of {self.graph_nodes} nodes "
+                f"({self.device}, {mode})")
+        main = self.pass_report
+        if main is None:
+            return f"{head}: no graph reached the pass"
+        lines = [f"{head}: {outcome_text(main)}"]
+        if len(self.passes) > 1:
+            names = ("forward", "backward")
+            lines += [f"  {names[i] if i < 2 else f'graph {i}'} ({r.graph_nodes} nodes): "
+                      f"{outcome_text(r)}" for i, r in enumerate(self.passes)]
+        lines += [f"  {line}" for line in plan_lines(main)]
+        if self.lift is not None:
+            where = (self.lift.describe() if hasattr(self.lift, "describe")
+                     else f"plan kept on the ATen graph: {self.lift}")
+            lines.append(f"  {where}")
+        lines.append(f"  {self.measured_line()}")
+        return "\n".join(lines)
+
+    def measured_line(self) -> str:
+        """The measured choice in words (or why nothing was measured, and what runs)."""
+        if self.choice is not None:
+            gap = self.prediction_check()
+            return self.choice.describe() + (f"; {gap[0]}" if gap else "")
+        return f"not measured: {self.not_measured}; runs {self.kept}"
+
+    def prediction_check(self) -> tuple[str, bool] | None:
+        """The cost table's single-stream prediction against the measured eager graph, in
+        words, and whether they are more than ``FAR`` times apart (``None`` until measured).
+        """
+        timings = self.choice.timings if self.choice is not None else {}
+        plan = self.lift if hasattr(self.lift, "single_stream_us") else self.plan
+        if "eager" not in timings or plan is None or plan.single_stream_us <= 0:
+            return None
+        predicted, measured = plan.single_stream_us, timings["eager"].median * 1e6
+        factor = max(predicted / measured, measured / predicted)
+        text = (f"one stream predicted {predicted:.0f} us, measured {measured:.0f} us "
+                f"({predicted / measured:.2f}x)")
+        return text, factor > FAR
+
+    def __repr__(self) -> str:
+        return f"<BackendReport {self.summary()}>"
+
+    def figures(self) -> dict[str, Any]:
+        """The pass report's figures, with the measured choice's."""
+        main = self.pass_report
+        out = main.figures() if main is not None else {}
+        if self.choice is not None:
+            out["measured_us"] = {n: round(t.median * 1e6, 1)
+                                  for n, t in self.choice.timings.items()}
+            out["kept"] = self.choice.choice
+            out["calls_to_decision"] = self.choice.calls_to_decision
+        else:
+            out["kept"] = self.kept
+        return out
 
 
 def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,
@@ -199,8 +349,47 @@ def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ValueError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
-                         f"backend() takes runtime, sanitize, measure, fallback and the pass "
-                         f"options {', '.join(allowed)}")
+                         f"backend() takes runtime, sanitize, measure, fallback, deterministic "
+                         f"and the pass options {', '.join(allowed)}")
+
+
+def _chosen(report: BackendReport) -> None:
+    """Tell the measured choice; warn when the cost table is far from the measurement."""
+    tell(f"autostream: {report.measured_line()}")
+    check = report.prediction_check()
+    main = report.pass_report
+    if check is not None and check[1] and main is not None:
+        log.warning("autostream: the cost table %s is far from this machine: %s; plans rest "
+                    "on its figures: measure the model here with `autostream calibrate SPEC "
+                    "--device %s --out my.json` and pass cost_table='my.json'",
+                    main.cost_table, check[0], report.device)
+
+
+def warn_table_device(stream_pass: AutoStreamPass, device: str, warned: set[str]) -> None:
+    """Warn once per device type when the user's cost table was made for another kind of
+    device than the one the graph runs on (its predictions are not this machine's)."""
+    if stream_pass.cost_table is None or device in warned:
+        return
+    mismatch = table_mismatch(stream_pass.cost_model_for(device).profile.kind, device)
+    if mismatch:
+        warned.add(device)
+        log.warning("autostream: cost_table=%r: %s; pass cost_table=None (the default table "
+                    "of the graph's device) or a table `autostream calibrate` measured here",
+                    os.fspath(stream_pass.cost_table), mismatch)
+
+
+def _holding(fn: Callable, report: BackendReport) -> Callable:
+    """``fn``, holding ``report`` alive as long as Dynamo keeps the compiled graph
+    (``autostream.last_report()`` keeps only a weak reference)."""
+    try:
+        fn.autostream_report = report
+        return fn
+    except (AttributeError, TypeError):  # a bound method (Dynamo's own graph), a builtin
+        def run(*args: Any) -> Any:
+            return fn(*args)
+
+        run.autostream_report = report
+        return run
 
 
 def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 COMMANDS = ("demo", "plan", "check", "compare", "calibrate")
+VERBOSE_HELP = "log what autostream does (its INFO lines: one per graph planned)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="autostream",
         description="Automatic multi-stream planning for PyTorch graphs.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what the pass does")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -30,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.register(sub)
+    for command in sub.choices.values():  # `autostream plan ... -v` as well as `autostream -v plan`
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help=VERBOSE_HELP)
     return parser
 
 
@@ -37,8 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autostream`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(name)s: %(levelname)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
+    if args.verbose:  # autostream's lines only: torch's INFO logs are not the user's question
+        logging.getLogger("autostream").setLevel(logging.INFO)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

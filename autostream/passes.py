@@ -33,6 +33,7 @@ from autostream.comm.agree import check_through_store, graph_key, outcome_digest
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.cost.fused import FusedCosts, split_fusions
+from autostream.cost.label import table_label
 from autostream.dialects.hand import strip_stream_ops
 from autostream.dialects.input_mutations import ge_output_ref_edges
 from autostream.dialects.rewrite import restore, rewrite_graph, snapshot
@@ -50,6 +51,8 @@ from autostream.fx.graph import target_name
 from autostream.memory.budget import format_bytes
 from autostream.planning.check import HandCheck, check_placement
 from autostream.planning.plan import MIN_RELATIVE_GAIN, Plan, PlanOptions, plan_graph
+from autostream.report.latest import announce
+from autostream.report.summary import pass_summary
 from autostream.scheduling.core_budgets import cores_missing, scope_keys
 from autostream.stages import StageTimes, Stopwatch, collector_paused
 from autostream.version import __version__
@@ -96,9 +99,12 @@ class Outcome(enum.Enum):
         return logging.INFO if self in quiet else logging.WARNING
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class PassReport:
-    """What one call of the pass did to one graph: the outcome, in words, and the plan."""
+    """What one call of the pass did to one graph: the outcome, in words, and the plan.
+
+    ``summary()`` tells it in a few lines (the repr too); ``figures()`` gives the numbers.
+    """
 
     graph_nodes: int
     outcome: Outcome
@@ -120,15 +126,29 @@ class PassReport:
     #: the dialect the graph was rewritten in: ``"torchair"``, ``"inductor"`` (Inductor's
     #: own streams) or ``None`` (unchanged; ``reason`` says why)
     target: str | None = None
+    #: the device type of the graph's tensors ("" when unknown)
+    device: str = ""
+    #: the cost table that planned the graph, in words (``cost.label.table_label``)
+    cost_table: str = ""
 
     @property
     def applied(self) -> bool:
         return self.outcome is Outcome.APPLIED
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> str:
+        """What was done to which graph, the plan's streams, syncs and predicted times, the
+        cost table and where its costs came from, in a few lines."""
+        return pass_summary(self)
+
+    def __repr__(self) -> str:
+        return f"<PassReport {self.summary()}>"
+
+    def figures(self) -> dict[str, Any]:
+        """The figures a ``--json`` output needs (the plan's, the outcome, stage seconds)."""
         out: dict[str, Any] = {"applied": self.applied, "outcome": self.outcome.value,
                                "reason": self.reason, "graph_nodes": self.graph_nodes,
-                               "target": self.target}
+                               "target": self.target, "device": self.device,
+                               "cost_table": self.cost_table}
         if self.plan is not None:
             out.update(self.plan.summary())
         if self.check is not None:
@@ -284,6 +304,11 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             self._defaults[device_type] = choice = default_table(device_type)
             if choice.warning:
                 log.warning("autostream: %s", choice.warning)
+            missing = cores_missing(choice.model) if self.core_budgets else None
+            if missing:
+                log.warning("autostream: core_budgets=True, but %s graphs are planned with "
+                            "the default table %r, which cannot hold them, so without core "
+                            "budgets: %s", device_type, choice.name, missing)
         return self._defaults[device_type].model
 
     def digest(self) -> str:
@@ -325,8 +350,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         ``config.mode`` (what TorchAir will do after the pass depends on it)."""
         report = dataclasses.replace(self.apply(gm, example_inputs, mode), mode=mode)
         self.reports.append(report)
-        log.log(report.outcome.log_level, "autostream pass on %d-node graph: %s",
-                report.graph_nodes, report.reason)
+        announce(report, report.outcome.log_level)
         return report
 
     def apply(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None,
@@ -361,7 +385,17 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
     def _plan_and_rewrite(self, gm: torch.fx.GraphModule, example_inputs: Any = None,
                           mode: str | None = None) -> PassReport:
         with collector_paused():
-            return self._plan_and_rewrite_graph(gm, example_inputs, mode)
+            report = self._plan_and_rewrite_graph(gm, example_inputs, mode)
+        device = graph_device(gm.graph, example_inputs)
+        return dataclasses.replace(report, device=device, cost_table=self.table_label(device))
+
+    def table_label(self, device_type: str) -> str:
+        """The cost table of graphs on ``device_type``, in words (``cost.label.table_label``)."""
+        try:
+            model = self.cost_model_for(device_type)
+        except Exception:  # a default table that cannot load: the report says so
+            return "(none could be loaded)"
+        return table_label(model, self.cost_table, device_type)
 
     def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any,
                                 mode: str | None = None) -> PassReport:

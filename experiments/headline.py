@@ -63,10 +63,18 @@ def load(path: Path) -> list[Headline]:
     return [Headline(**row) for row in json.loads(path.read_text())]
 
 
-def markdown(rows: Sequence[Headline]) -> str:
-    """One markdown table: what | measured | target | met."""
-    lines = ["| what | measured | target | met |", "|---|---|---|---|"]
-    for r in rows:
-        cells = (r.what, r.measured, r.target, MET[r.met])
+def markdown(rows: Sequence[Headline], runs: Sequence[str] | None = None) -> str:
+    """One markdown table: what | measured | target | met (| run: each row's run, when given).
+
+    >>> print(markdown([Headline("x", "1", "-", None)], runs=["2026-12-04 15:00 UTC"]))
+    | what | measured | target | met | run |
+    |---|---|---|---|---|
+    | x | 1 | - | - | 2026-12-04 15:00 UTC |
+    """
+    lines = ["| what | measured | target | met |" + (" run |" if runs is not None else ""),
+             "|---|---|---|---|" + ("---|" if runs is not None else "")]
+    for i, r in enumerate(rows):
+        cells = (r.what, r.measured, r.target, MET[r.met],
+                 *((runs[i],) if runs is not None else ()))
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)

@@ -142,6 +142,8 @@ class Outcome:
     figures: tuple[str, ...]
     skipped: bool = False  # not selected by --only
     kept: tuple[str, str] | None = None  # (status, section) from the previous RESULTS.md
+    #: when the script ran (UTC), this time or the earlier run's ("" where not recorded)
+    when: str = ""
 
     @property
     def status(self) -> str:
@@ -186,7 +188,7 @@ def run_experiment(exp: Experiment, quick: bool, timeout_s: float) -> Outcome:
         p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     FIGURES.mkdir(exist_ok=True)
     headlines_of(exp).unlink(missing_ok=True)  # a failed run leaves no stale rows
-    t0 = time.time()
+    t0, when = time.time(), now()
     print(f"running {' '.join(cmd[1:])} ...", file=sys.stderr, flush=True)
     try:
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -199,7 +201,12 @@ def run_experiment(exp: Experiment, quick: bool, timeout_s: float) -> Outcome:
     seconds = time.time() - t0
     fresh = sorted(p.name for p in FIGURES.glob("*.png") if p.stat().st_mtime >= t0 - 1)
     print(f"  {exp.script}: exit {code} in {seconds:.0f} s", file=sys.stderr, flush=True)
-    return Outcome(exp, cmd, code, seconds, out, err, tuple(fresh))
+    return Outcome(exp, cmd, code, seconds, out, err, tuple(fresh), when=when)
+
+
+def now() -> str:
+    """The time of a run, as every date in ``RESULTS.md`` is written."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def is_markdown(text: str) -> bool:
@@ -207,11 +214,12 @@ def is_markdown(text: str) -> bool:
     return re.search(r"^\|?\s*:?-{3,}:?\s*\|", text, flags=re.M) is not None
 
 
-_MARK = re.compile(r"^<!-- experiment: (\S+) \| (.*?) \| (\d+) s -->$", re.M)
+_MARK = re.compile(r"^<!-- experiment: (\S+) \| (.*?) \| (\d+) s(?: \| ([^|]*?))? -->$", re.M)
 
 
-def previous_sections(path: Path) -> dict[str, tuple[str, str, int]]:
-    """script -> (status, section text, seconds) of an earlier ``RESULTS.md``."""
+def previous_sections(path: Path) -> dict[str, tuple[str, str, int, str]]:
+    """script -> (status, section text, seconds, when it ran: "" if not recorded) of an
+    earlier ``RESULTS.md``."""
     if not path.is_file():
         return {}
     text = path.read_text()
@@ -220,13 +228,15 @@ def previous_sections(path: Path) -> dict[str, tuple[str, str, int]]:
     for i, m in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
         body = text[m.end():end].strip("\n")
-        out[m.group(1)] = (m.group(2).removesuffix(" (earlier run)"), body, int(m.group(3)))
+        out[m.group(1)] = (m.group(2).removesuffix(" (earlier run)"), body, int(m.group(3)),
+                           m.group(4) or "")
     return out
 
 
 def section(o: Outcome) -> str:
     exp = o.experiment
-    mark = f"<!-- experiment: {exp.script} | {o.status} | {o.seconds:.0f} s -->"
+    mark = (f"<!-- experiment: {exp.script} | {o.status} | {o.seconds:.0f} s"
+            + (f" | {o.when}" if o.when else "") + " -->")
     if o.kept is not None:
         return f"{mark}\n{o.kept[1]}\n"
     return f"{mark}\n{_section_body(o)}"
@@ -292,6 +302,18 @@ def headline_rows(outcomes: list[Outcome]) -> list[Headline]:
     return [row for _, rows in headline_groups(outcomes) for row in rows]
 
 
+def headline_runs(outcomes: list[Outcome]) -> list[str]:
+    """The run of each of :func:`headline_rows`: when its experiment ran."""
+    return [run_of(o) for o, rows in headline_groups(outcomes) for _ in rows]
+
+
+def run_of(o: Outcome) -> str:
+    """When ``o``'s figures were measured, in words."""
+    if o.when:
+        return o.when
+    return "earlier, not dated" if o.skipped else "not run"
+
+
 def summary_table(outcomes: list[Outcome]) -> str:
     """The README's table: per experiment, its targets met and its first row.
 
@@ -313,9 +335,14 @@ def summary_table(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def provenance(invocation: str, stamp: str) -> str:
-    """The line above the headline table: command, date and machine."""
-    return (f"Measured by `python -m experiments.run_all{invocation}` on {stamp}; "
+def provenance(invocation: str, stamp: str, dated: str = "rows dated in RESULTS.md") -> str:
+    """The line above a headline table: the last command and its date, where each row's own
+    run is dated, the machine.
+
+    >>> provenance(" --only x.py", "2026-12-04 15:00 UTC", "d").split("; machine")[0]
+    'Last run: `python -m experiments.run_all --only x.py`, 2026-12-04 15:00 UTC; d'
+    """
+    return (f"Last run: `python -m experiments.run_all{invocation}`, {stamp}; {dated}; "
             f"machine: {machine()}.")
 
 
@@ -335,16 +362,17 @@ def render(outcomes: list[Outcome], rows: list[Headline], invocation: str, stamp
     head = [
         "# Experiment results",
         "",
-        provenance(invocation, stamp) + " Do not edit by hand: rerun the command.",
+        provenance(invocation, stamp, "each row's own run in the `run` column")
+        + " Do not edit by hand: rerun the command.",
         "",
-        headline.markdown(rows),
+        headline.markdown(rows, headline_runs(outcomes)),
         "",
-        "| experiment | script | status | time (s) |",
-        "|---|---|---|---:|",
+        "| experiment | script | status | run | time (s) |",
+        "|---|---|---|---|---:|",
     ]
     for o in outcomes:
         head.append(f"| {o.experiment.title} | `{o.experiment.script}` | {o.status} "
-                    f"| {o.seconds:.0f} |")
+                    f"| {run_of(o)} | {o.seconds:.0f} |")
     return "\n".join(head) + "\n\n" + "\n".join(section(o) for o in outcomes)
 
 
@@ -372,12 +400,13 @@ def main(argv: list[str] | None = None) -> int:
             old = previous.get(exp.script)
             kept = (old[0], old[1]) if old and not old[0].startswith("not run") else None
             outcomes.append(Outcome(exp, [], None, float(old[2]) if kept and old else 0.0,
-                                    "", "", (), skipped=True, kept=kept))
+                                    "", "", (), skipped=True, kept=kept,
+                                    when=old[3] if kept and old else ""))
             continue
         outcomes.append(run_experiment(exp, args.quick, timeout_s))
     invocation = (" --quick" if args.quick else "") + (
         " --only " + " ".join(args.only) if args.only is not None else "")
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = now()
     rows = headline_rows(outcomes)
     args.out.write_text(render(outcomes, rows, invocation, stamp))
     print(f"wrote {args.out}", file=sys.stderr)

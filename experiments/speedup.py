@@ -38,9 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import queue
-import statistics
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -56,6 +54,7 @@ from autostream.planning.plan import PlanOptions, load_cost_model, predicted_spe
 from autostream.runtime import make_runner
 from autostream.runtime.builder import two_chains
 from autostream.runtime.choice import SETTLE_S
+from autostream.runtime.timing import machine_load, method, time_alternating
 from experiments.headline import Headline, record
 
 #: the deep GEMV pair, and its target speed-up; no model may lose more than FLOOR;
@@ -109,43 +108,12 @@ class Row:
     error: float
     reason: str
     kept: str = "-"
+    #: calls the backend's measured choice took to decide (``None``: nothing measured)
+    calls: int | None = None
     #: plan vs the graph the planner predicted for (eager), Inductor's gain aside
     error_vs_eager: float = float("nan")
     #: ``torch.compile`` with Dynamo's identity backend: what any backend costs per call
     dynamo_ms: float | None = None
-
-
-def _sync(device: torch.device | None) -> None:
-    if device is not None and device.type != "cpu":
-        torch.accelerator.synchronize()
-
-
-def time_alternating(variants: dict[str, Callable[[], Any]], runs: int, warmup: int,
-                     device: torch.device | None = None, settle_s: float = SETTLE_S
-                     ) -> dict[str, float]:
-    """Median seconds of one call of each variant, the variants interleaved round by round.
-
-    Each timed call follows untimed calls of the same variant for at least
-    ``settle_s`` (at least one), so no variant is timed while the previous variant's
-    OpenMP threads still spin (several ms after a 2-thread call: see
-    ``autostream.runtime.choice``).
-    """
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for i in range(warmup + runs):
-        for name, fn in variants.items():
-            start = time.perf_counter()
-            fn()
-            _sync(device)
-            while time.perf_counter() - start < settle_s:
-                fn()
-                _sync(device)
-            t0 = time.perf_counter()
-            fn()
-            _sync(device)
-            dt = time.perf_counter() - t0
-            if i >= warmup:
-                samples[name].append(dt)
-    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
@@ -187,6 +155,7 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
         lifts = results["plan"][1].lifts
         choices = results["autostream"][1].measured_choices
         kept = choices[0].choice if choices else "eager"
+        calls = choices[0].calls_to_decision if choices else None
         medians = time_alternating(variants, args.runs, args.warmup, device,
                                    args.settle_ms / 1e3)
     torch._dynamo.reset()
@@ -223,7 +192,7 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
         plan_ms=medians["plan"] * 1e3,
         autostream_ms=medians["autostream"] * 1e3,
         baseline=baseline, predicted=predicted, plan_measured=plan_measured, measured=measured,
-        error=plan_measured / predicted - 1.0, kept=kept,
+        error=plan_measured / predicted - 1.0, kept=kept, calls=calls,
         error_vs_eager=(medians["eager"] / medians["plan"]) / predicted - 1.0,
         reason=reason,
     )
@@ -319,7 +288,7 @@ def cell(value: float | None, width: int, digits: int) -> str:
 def print_table(rows: list[Row]) -> None:
     head = (f"{'model':<20} {'str':>3} {'eager':>8} {'dynamo':>8} {'inductor':>9} {'as-seq':>8} "
             f"{'plan':>8} {'autostrm':>9} {'base':>8} {'pred':>6} {'plan x':>7} {'error':>7} {'err/eag':>7} "
-            f"{'kept':>8} {'autostrm x':>10}")
+            f"{'kept':>8} {'calls':>5} {'autostrm x':>10}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -330,12 +299,13 @@ def print_table(rows: list[Row]) -> None:
         print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {cell(r.dynamo_ms, 8, 3)} "
               f"{cell(r.inductor_ms, 9, 3)} {cell(r.as_seq_ms, 8, 3)} "
               f"{r.plan_ms:8.3f} {cell(r.autostream_ms, 9, 3)} {r.baseline:>8} {pred} "
-              f"{r.plan_measured:7.2f} {err} {r.kept:>8} {cell(r.measured, 10, 2)}")
+              f"{r.plan_measured:7.2f} {err} {r.kept:>8} "
+              f"{r.calls if r.calls is not None else '-':>5} {cell(r.measured, 10, 2)}")
     print("times: median ms per call. dynamo: torch.compile with Dynamo's identity backend, the "
           "per-call floor of any backend (not a baseline). "
           "plan: the multi-stream plan on the runtime; autostrm: the "
           "backend with --fallback, which measured plan, eager (and Inductor) on its first calls "
-          "and kept the fastest ('kept'). pred / plan x / autostrm x: speed-up over the best single-stream variant; "
+          "and kept the fastest ('kept', after 'calls' calls). pred / plan x / autostrm x: speed-up over the best single-stream variant; "
           "pred: over the eager graph, torch.compile's per-call cost (cost table: "
           "compile_call_us) included; "
           "error: plan x vs pred; err/eag: (eager / plan) vs pred, the error of the cost "
@@ -357,6 +327,12 @@ def headlines(rows: list[Row], device: str) -> list[Headline]:
         out.append(Headline(f"measured speed-up, lowest of {len(planned)} models ({device})",
                             f"{low.measured:.2f}x ({low.model})", f">= {FLOOR:g}x",
                             low.measured >= FLOOR))
+    decided = [r for r in planned if r.calls is not None]
+    if decided:
+        most = max(decided, key=lambda r: r.calls)
+        out.append(Headline(f"measured choice: calls to a decision ({len(decided)} models, "
+                            f"{device})", f"{min(r.calls for r in decided)}-{most.calls} "
+                            f"({most.model})", "informational", None))
     multi = [r for r in planned if r.streams > 1]
     if multi:
         worst = max(multi, key=lambda r: abs(r.error))
@@ -394,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
           f"runtime={args.runtime}, max_streams={args.max_streams}, solver={args.solver}, "
           f"fallback={args.fallback}, "
           f"cost_table={args.cost_table or 'default'}", flush=True)
+    print(f"timing: {method(args.runs, args.warmup, args.settle_ms / 1e3)}; {machine_load()}",
+          flush=True)
     rows = []
     if not args.no_probe:
         for row in measure_probe(args):

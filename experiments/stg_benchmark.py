@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from autostream.models.stg import read_optimal_csv, read_stg
+from autostream.models.stg import benchmark_missing, read_optimal_csv, read_stg
 from autostream.scheduling.solvers import solve
 from experiments.headline import Headline, record
 
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", type=Path, default=None, help="write every case to this CSV")
     args = ap.parse_args(argv)
     if not (args.root / "optimal.csv").is_file():
-        print(f"no STG benchmark at {args.root} (expected optimal.csv there)", file=sys.stderr)
+        print(benchmark_missing(args.root), file=sys.stderr)
         return 2
     rows = run(args.root, args.sets, args.streams, args.solvers, args.limit, args.time_limit,
                args.csv)

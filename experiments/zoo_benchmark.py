@@ -66,8 +66,8 @@ def run_case(name: str, gm, table: str, streams: int):
     same = dict(s.stream_of) == dict(again.plan.schedule.stream_of)
     stats = s.stats
     return Case(name, plan.op_graph.number_of_nodes(), table, streams,
-                first.summary()["pass_seconds"], plan.stages.solve,
-                again.summary()["pass_seconds"], same, s.makespan,
+                first.figures()["pass_seconds"], plan.stages.solve,
+                again.figures()["pass_seconds"], same, s.makespan,
                 getattr(stats, "heft_us", s.makespan), s.lower_bound,
                 bool(getattr(stats, "proven", False)), len(plan.syncs))
 

@@ -121,5 +121,5 @@ def test_every_plan_option_is_a_pass_option_and_part_of_its_identity():
         assert getattr(p.options(), name) == value and p != base
         assert p.digest() != base.digest()
         assert (p.key() == base.key()) == (name == "cost_table")
-    as_text = autostream.AutoStreamPass(max_memory_increase="0.1")
+    as_text = autostream.AutoStreamPass(max_memory_increase="10%")
     assert as_text.digest() != autostream.AutoStreamPass(max_memory_increase=0.1).digest()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import networkx as nx
 import pytest
@@ -564,3 +567,46 @@ def test_plans_hold_no_more_gloo_collectives_in_flight_than_the_program(monkeypa
     # still an overlap: a gather launched before the previous layer's compute
     names = [n.name for n in order]
     assert plan.reorders and names.index("all_gather_into_tensor_1") < names.index("mm")
+
+
+def test_calibrate_collectives_explains_a_rough_fit(monkeypatch, tmp_path, capsys):
+    from autostream.cli import main
+    from autostream.cost import calibrate_collectives as module
+    from autostream.cost.collectives import LinkFit
+
+    fits = [LinkFit("all_reduce", "gloo", 2, 400.0, 1e9, max_error=0.68),
+            LinkFit("broadcast", "gloo", 2, 300.0, 2e9, max_error=0.05)]
+    monkeypatch.setattr(module, "calibrate_collectives", lambda *a, **k: fits)
+    assert main(["calibrate", "--collectives", "--backend", "gloo", "--out",
+                 str(tmp_path / "links.json"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "max error 68%" in out and "max error 5%" in out
+    assert out.rstrip().endswith(
+        "max error: the fit's largest relative error over the message sizes; all_reduce over "
+        "25%: their times do not follow one alpha + bytes / bandwidth line here (ranks sharing "
+        "the CPU with other work, or a protocol change between sizes): rerun with a larger "
+        "--repeat on a quiet machine, or take their predictions as rough")
+
+
+def _rank_id(rank: int, world_size: int) -> int:
+    """A rank that, as tqdm does, holds a multiprocessing lock (a semaphore the resource
+    tracker follows) and takes a moment to exit."""
+    import atexit
+    import multiprocessing
+    import time
+
+    _rank_id.lock = multiprocessing.RLock()
+    atexit.register(time.sleep, 0.5)
+    return rank
+
+
+@pytest.mark.slow
+def test_running_ranks_leaks_no_semaphore():
+    code = ("from autostream.comm.spawn import run_ranks\n"
+            "from tests.test_comm import _rank_id\n"
+            "print(run_ranks(_rank_id, 2, timeout_s=120))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=False, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[0, 1]"
+    assert "leaked semaphore" not in done.stderr

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from autostream.models.stg import read_optimal_csv, read_stg
+from autostream.models.stg import benchmark_missing, read_optimal_csv, read_stg
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.solvers import solve
 from autostream.scheduling.solvers.cpsat import clock, ladder, task_plan
@@ -307,7 +307,7 @@ def test_each_piece_is_renumbered_so_its_head_keeps_the_stream_it_was_given():
     assert sorted(order) == sorted(g)
 
 
-@pytest.mark.skipif(not STG.is_dir(), reason="STG benchmark not present")
+@pytest.mark.skipif(not STG.is_dir(), reason=benchmark_missing(STG))
 @pytest.mark.parametrize(("graph", "streams"), [("50/rand0000.stg", 2), ("50/rand0000.stg", 8),
                                                 ("100/rand0000.stg", 8),
                                                 ("100/rand0029.stg", 2)])  # cut near its source

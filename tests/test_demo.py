@@ -38,6 +38,11 @@ def test_demo_plans_for_both_devices_measures_on_cpu_and_says_what_it_applied(
         assert re.search(rf"^- {device}: \w+ would run the MoE layer on \d+ streams", out,
                          flags=re.M)
     assert re.search(r"measured speed-up \d+\.\d\dx .* predicted \d+\.\d\dx", out)
+    # one timing method with experiments/speedup.py, said, with the machine's load
+    assert re.search(r"^timing: median of 5 interleaved rounds after 5 warm-up rounds, one "
+                     r"timed call of each variant per round after 20 ms of its own untimed "
+                     r"calls \(the method of experiments/speedup.py\); load average ", out,
+                     flags=re.M)
     assert "outputs equal eager: yes" in out
     applied = re.search(r"^pass: \d+ streams", out, flags=re.M) is not None
     summary = re.search(r"^- This CPU: (.*)$", out, flags=re.M)
@@ -52,6 +57,7 @@ def test_demo_plans_for_both_devices_measures_on_cpu_and_says_what_it_applied(
         assert {e["pid"] for e in events if e.get("ph") == "X"} == {1, 2}
         assert re.search(r"^peak memory: predicted [\d.]+ \w+ .* measured [\d.]+ \w+$", out,
                          flags=re.M)
+        assert (tmp_path / "demo" / "cpu" / "plan_gantt.png").stat().st_size > 10_000
 
 
 def _args(tmp_path: Path, **kw):
@@ -91,3 +97,13 @@ def test_demo_without_runtime_or_cpsat_still_prints_the_table(tmp_path, monkeypa
     assert "measured: skipped, the CPU threads runtime" in out
     assert (tmp_path / "demo" / "ascend910b" / "heft_gantt.png").is_file()
     assert "- NVIDIA H200: heft would run the MoE layer on 2 streams" in out
+
+
+def test_demo_on_one_stream_without_running_says_so(tmp_path, capsys) -> None:
+    from autostream.commands import demo
+
+    assert demo.run(_args(tmp_path, streams=1, no_run=True)) == 0
+    out = capsys.readouterr().out
+    assert "up to 1 stream," in out and "1 streams" not in out
+    assert out.count("*: proven optimal") == 2  # the star under each table is explained
+    assert "- This CPU: not measured (--no-run)." in out

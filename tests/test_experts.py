@@ -139,7 +139,7 @@ def test_pass_report_carries_the_check_and_warns(caplog):
     assert "combine__default" in report.reason and "experts.py:" in report.reason
     assert any("hand placement race" in r.message and "experts.py:" in r.message
                for r in caplog.records)
-    assert report.summary()["hand_check"]["races"][0]["storage"] == "hidden_states"
+    assert report.figures()["hand_check"]["races"][0]["storage"] == "hidden_states"
 
 
 def _slow_hand_placement():

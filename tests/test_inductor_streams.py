@@ -379,10 +379,10 @@ def test_the_report_names_the_target_torchair_for_a_graph_module():
     gm = _forward_graph(_chains, *(torch.randn(256, 256) for _ in range(3)))
     report = AutoStreamPass(max_streams=2, cost_table="h200").run(gm)
     assert report.applied and report.target == "torchair"
-    assert report.summary()["target"] == "torchair"
+    assert report.figures()["target"] == "torchair"
     refused = AutoStreamPass(max_streams=2, cost_table="h200").run(
         _forward_graph(_chains, *(torch.randn(64, 64) for _ in range(3))).graph)
-    assert refused.target is None and refused.summary()["target"] is None
+    assert refused.target is None and refused.figures()["target"] is None
 
 
 def test_the_option_is_part_of_the_pass_identity_and_checked():

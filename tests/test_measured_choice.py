@@ -1,7 +1,5 @@
 """The backend keeps whichever of plan and eager graph measured faster on the first calls."""
 
-import itertools
-
 import pytest
 import torch
 
@@ -10,65 +8,127 @@ from autostream.models.zoo import multihead_block
 from autostream.runtime.choice import MeasuredChoice
 
 
-def _fake_clock(durations):
-    """A clock whose successive (start, stop) readings differ by the given durations."""
-    readings = itertools.chain.from_iterable((0.0, d) for d in durations)
-    return lambda: next(readings)
+def _timed(durations: dict[str, list[float]]):
+    """Candidates that advance a fake clock by their next duration, and the clock: each
+    candidate's durations are consumed in call order (warm-up calls included)."""
+    now = [0.0]
+    calls: list[str] = []
+
+    def candidate(name):
+        def run(x):
+            calls.append(name)
+            now[0] += durations[name].pop(0) if durations[name] else 1e-4
+            return x
+        return run
+
+    return {name: candidate(name) for name in durations}, (lambda: now[0]), calls
 
 
-def test_keeps_the_candidate_with_the_smallest_median():
-    calls = []
-    a = lambda x: calls.append("a") or x  # noqa: E731
-    b = lambda x: calls.append("b") or x  # noqa: E731
-    # A block per candidate, its first call a warm-up (not counted): a takes 5, 5, 1
-    # (median 5) after a 1; b takes 3, 3, 9 (median 3) after a 100.
-    clock = _fake_clock([1, 5, 5, 1, 100, 3, 3, 9])
-    choose = MeasuredChoice({"a": a, "b": b}, trials=3, clock=clock, rounds=1)
-    for _ in range(8):
-        assert choose(7) == 7
-    assert choose.choice == "b" and calls == ["a"] * 4 + ["b"] * 4
-    choose(7)
-    assert calls[-1] == "b"
+def _rounds(warm: float, timed: list[float]) -> list[float]:
+    """A candidate's durations over the rounds: a warm-up call, then a timed call, per round."""
+    return [d for t in timed for d in (warm, t)]
 
 
-def test_rounds_reverse_the_order_so_drift_favours_nobody():
-    calls = []
-    fns = {name: (lambda x, name=name: calls.append(name) or x) for name in "abc"}
-    choose = MeasuredChoice(fns, trials=4, clock=_fake_clock([1.0] * 24), rounds=2)
-    for _ in range(18):
+def test_interleaved_rounds_one_warm_up_and_one_timed_call_per_block():
+    choose = MeasuredChoice({"a": abs, "b": abs, "c": abs}, trials=2, settle_s=0.0)
+    assert choose.schedule == [(n, timed) for n in "abccba" for timed in (False, True)]
+
+
+def test_a_stall_in_one_round_does_not_flip_the_choice():
+    # eager 200 us, the plan 390 us; in round 3 the machine stalls during eager's timed
+    # call (60 ms), which would make the plan look 150x faster in that round
+    fns, clock, calls = _timed({
+        "streams": _rounds(400e-6, [390e-6] * 5),
+        "eager": _rounds(200e-6, [200e-6, 200e-6, 60e-3, 200e-6, 200e-6])})
+    choose = MeasuredChoice(fns, trials=5, clock=clock, default="eager", settle_s=0.0)
+    for _ in range(20):
         choose(0)
-    # two rounds: a b c, then c b a; each block a warm-up and 2 timed calls
-    assert calls == [n for n in "abccba" for _ in range(3)]
-    assert choose.choice == "a" and {k: len(v) for k, v in choose.samples.items()} == {
-        "a": 4, "b": 4, "c": 4}
+    assert choose.choice == "eager" and choose.calls_to_decision == 20
+    assert "streams 1.95x of eager" in choose.reason
+    # and the kept candidate answers every later call
+    calls.clear()
+    choose(0)
+    assert calls == ["eager"]
 
 
-def test_by_default_each_block_has_one_timed_call():
-    choose = MeasuredChoice({"a": abs, "b": abs}, trials=3, settle_s=0.0)
-    # a b, b a, a b: a slow phase of the machine spans few samples of any candidate
-    assert choose.schedule == [(n, timed) for n in "abbaab" for timed in (False, True)]
-
-
-def test_each_block_warms_up_until_it_has_settled():
-    calls = []
-    fns = {name: (lambda x, name=name: calls.append(name) or x) for name in "ab"}
-    # a: warm-ups of 0.004 s until 0.01 s have passed (3 calls), then 2 timed calls;
-    # b: one warm-up of 0.5 s is enough, then 2 timed calls.
-    clock = _fake_clock([0.004] * 3 + [1.0, 1.0] + [0.5] + [2.0, 2.0])
-    choose = MeasuredChoice(fns, trials=2, clock=clock, rounds=1, settle_s=0.01)
-    for _ in range(8):
+def test_a_stall_does_not_flip_a_clear_win_either():
+    fns, clock, _ = _timed({
+        "streams": _rounds(1e-4, [100e-6, 100e-6, 100e-6, 50e-3, 100e-6]),
+        "eager": _rounds(2e-4, [200e-6] * 5)})
+    choose = MeasuredChoice(fns, trials=5, clock=clock, default="eager", settle_s=0.0)
+    for _ in range(20):
         choose(0)
-    assert calls == ["a"] * 5 + ["b"] * 3
-    assert choose.samples == {"a": [1.0, 1.0], "b": [2.0, 2.0]} and choose.choice == "a"
+    assert choose.choice == "streams" and "clears the 5% margin" in choose.reason
+    assert str(choose.timings["streams"]) == "100 us +- 0"
+
+
+def test_a_close_race_keeps_the_default():
+    fns, clock, _ = _timed({"streams": _rounds(1e-4, [97e-6] * 5),
+                            "eager": _rounds(1e-4, [100e-6] * 5)})
+    choose = MeasuredChoice(fns, trials=5, clock=clock, default="eager", settle_s=0.0)
+    for _ in range(20):
+        choose(0)
+    assert choose.choice == "eager"
+    assert choose.reason.endswith("does not clear the 5% margin: eager kept")
+
+
+def test_the_decision_takes_a_bounded_number_of_calls_however_short_they_are():
+    # 0.2 ms calls: the choice comes after 2 calls per candidate and round, and each
+    # block waits at most settle_s (here on a fake sleep) instead of calling more
+    slept = []
+    fns, clock, _ = _timed({"streams": [150e-6] * 10, "eager": [200e-6] * 10})
+    choose = MeasuredChoice(fns, trials=5, clock=clock, default="eager", settle_s=0.02,
+                            sleep=slept.append)
+    for _ in range(20):
+        choose(0)
+    assert choose.calls_to_decision == 20 and choose.choice == "streams"
+    # a wait at each change of candidate (a b | b a | a b ...: 5 changes), none longer
+    # than the settling time
+    assert len(slept) == 5 and all(0 < s <= 0.02 for s in slept)
+
+
+def test_a_re_check_switches_when_the_kept_candidate_has_become_slower():
+    durations = {"streams": _rounds(1e-4, [100e-6] * 5), "eager": _rounds(2e-4, [200e-6] * 5)}
+    fns, clock, calls = _timed(durations)
+    choose = MeasuredChoice(fns, trials=5, clock=clock, default="eager", settle_s=0.0,
+                            recheck_after=10)
+    for _ in range(20):
+        choose(0)
+    assert choose.choice == "streams"
+    # the machine changes: the plan now takes 400 us, eager still 200 us
+    durations["streams"] += [400e-6] * 100
+    durations["eager"] += [200e-6] * 100
+    calls.clear()
+    for _ in range(9 + 12):  # 9 calls to the re-check, then 3 rounds of 2 blocks of 2 calls
+        choose(0)
+    assert calls[:9] == ["streams"] * 9 and calls.count("eager") == 6
+    assert choose.choice == "eager" and choose.rechecks == 1 and choose.switches == 1
+    assert choose.reason.startswith("re-check: eager 0.50x of streams")
+
+
+def test_a_re_check_that_confirms_the_choice_doubles_the_interval():
+    fns, clock, calls = _timed({"streams": [100e-6] * 200, "eager": [200e-6] * 200})
+    choose = MeasuredChoice(fns, trials=3, clock=clock, default="eager", settle_s=0.0,
+                            recheck_after=5)
+    for _ in range(40):
+        choose(0)
+    # the decision at call 12; the first re-check at call 17 (5 more), 12 calls; the
+    # next one 10 calls later, at call 38: its first eager call is call 40
+    assert calls[16:28].count("eager") == 6 and calls[28:39] == ["streams"] * 11
+    assert calls[39] == "eager"
+    assert choose.choice == "streams" and choose.rechecks == 1
+    assert choose.describe().endswith("re-checked 1 times, 0 switches")
 
 
 def test_bad_options():
     with pytest.raises(ValueError, match="trials must be >= 1"):
         MeasuredChoice({"a": abs}, trials=0)
-    with pytest.raises(ValueError, match="rounds must be >= 1"):
-        MeasuredChoice({"a": abs}, rounds=0)
     with pytest.raises(ValueError, match="settle_s must be >= 0"):
         MeasuredChoice({"a": abs}, settle_s=-1.0)
+    with pytest.raises(ValueError, match="margin must be in"):
+        MeasuredChoice({"a": abs}, margin=1.5)
+    with pytest.raises(ValueError, match="default 'x' is not a candidate"):
+        MeasuredChoice({"a": abs}, default="x")
     with pytest.raises(ValueError, match="measure must be >= 0"):
         autostream.backend(measure=-1)
 

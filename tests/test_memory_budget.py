@@ -27,7 +27,7 @@ from tests.helpers import as_tuple
 
 
 @pytest.mark.parametrize("text, fraction, nbytes", [
-    ("0.1", 0.1, None), ("10%", 0.1, None), (0, 0.0, None), ("512MiB", None, 512 * 2**20),
+    (0.1, 0.1, None), ("10%", 0.1, None), (0, 0.0, None), ("0", 0.0, None), ("512MiB", None, 512 * 2**20),
     ("1GB", None, 10**9), ("4096 B", None, 4096), ("10%,2MiB", 0.1, 2 * 2**20),
 ])
 def test_budget_forms(text, fraction, nbytes):
@@ -45,7 +45,10 @@ def test_budget_limits():
 @pytest.mark.parametrize("bad, why", [
     (-0.1, "must be >= 0"), ("-512MiB", "must be >= 0"), ("lots", "cannot read 'lots'"),
     ("12 parsecs", "cannot read"), (float("nan"), "must be >= 0"), (True, "must be a number"),
-    (float("inf"), "use None for no budget"),
+    (float("inf"), "use None for no budget"), ("10", "'10' is a bare number: write '10%'"),
+    (10, "would allow +1000%; write '10%'"), ("0.1", "bare number"),
+    ("10%,2MiB,3", "has 3 parts"), ("10%,20%", "gives two percentages"),
+    ("1MiB,2MiB", "gives two sizes"),
 ])
 def test_bad_budgets_name_the_option_at_construction(bad, why):
     for make in (lambda: autostream.AutoStreamPass(max_memory_increase=bad),

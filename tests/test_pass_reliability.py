@@ -140,7 +140,7 @@ def test_the_outcome_is_typed_and_chooses_the_log_level(caplog):
         report = p.run(c.gm)
     assert report.outcome is Outcome.APPLIED and report.applied
     assert caplog.records[-1].levelno == logging.INFO
-    assert report.summary()["outcome"] == "applied"
+    assert report.figures()["outcome"] == "applied"
     assert {o: o.log_level for o in Outcome}[Outcome.REWRITE_REJECTED] == logging.WARNING
 
 

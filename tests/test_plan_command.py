@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from autostream.cli import main
+from autostream.models.stg import benchmark_missing
 
 STG = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "stg"
 KEYS = {"solver", "nodes", "streams_used", "makespan_us", "lower_bound_us", "single_stream_us",
@@ -68,7 +69,7 @@ def test_plan_missing_or_malformed_files(tmp_path, capsys):
     assert "cannot import module" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not STG.is_dir(), reason="STG benchmark not present")
+@pytest.mark.skipif(not STG.is_dir(), reason=benchmark_missing(STG))
 def test_plan_real_stg_file(tmp_path):
     out = tmp_path / "plan.json"
     assert main(["plan", str(STG / "50" / "rand0000.stg"), "--streams", "8", "--solver", "cpsat",

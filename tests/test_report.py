@@ -333,3 +333,47 @@ def test_replay_with_minimal_syncs_equals_prediction(seed: int, streams: int,
     assert tl.start == pytest.approx(dict(plan.start)) and tl.end == pytest.approx(dict(plan.end))
     assert tl.output >= tl.makespan
     assert len([e for e in tl.syncs if e.consumer == JOIN]) <= plan.streams_used - 1
+
+
+def test_gantt_legend_names_what_is_drawn_and_the_memory_axis_shows_a_small_rise() -> None:
+    from autostream.memory.predict import MemoryProfile
+    from autostream.report.gantt import LEGEND_KINDS, gantt_figure
+    from autostream.scheduling.solvers import solve
+
+    g = nx.DiGraph()
+    g.add_node("view", duration=0.0, kind="aten.view.default")  # drawn, but takes no time
+    for i in range(LEGEND_KINDS + 2):  # more kinds than get a colour of their own
+        g.add_node(f"op{i}", duration=1.0 + i, kind=f"aten.kind{i}.default")
+        g.add_edge("view", f"op{i}")
+    problem = SchedulingProblem(g, streams=2, sync_latency_us=0.5)
+    plan = solve(problem, "heft")
+    syncs = syncs_for(problem, plan)
+    assert plan.streams_used == 2 and syncs
+    top = 100 * 2**20
+    memory = MemoryProfile(top + 2**20, 3.0, top, top, ((0.0, top), (3.0, top + 2**20)), (), {})
+    fig = gantt_figure(problem, plan, syncs, memory=memory)
+    lanes, panel = fig.axes
+    labels = [t.get_text() for t in lanes.get_legend().get_texts()]
+    assert "view" not in labels  # a kind with no time gets no colour of its own
+    assert sum(label.startswith("kind") for label in labels) == LEGEND_KINDS
+    assert "other ops" in labels and f"sync ({len(syncs)})" in labels
+    # the join ends a sync latency after the last op: the arrow points at a line saying so
+    assert labels[0] == f"outputs joined {plan.makespan + 0.5:.1f} us"
+    assert labels[1] == f"makespan {plan.makespan:.1f} us"
+    low, high = panel.get_ylim()
+    assert 99 < low < 100 and 101 < high < 101.2  # MiB: the 1% rise fills the panel
+
+
+def test_compare_says_whether_graph_dumps_were_rendered(tmp_path, monkeypatch, capsys) -> None:
+    from autostream.cli import main
+    from autostream.report import dot
+
+    stg = tmp_path / "g.stg"
+    stg.write_text("2\n0 0 0\n1 3 1 0\n2 3 1 0\n3 0 2 1 2\n")
+    monkeypatch.setattr(dot.shutil, "which", lambda name: None)
+    assert main(["compare", str(stg), "--solvers", "single,heft", "--out",
+                 str(tmp_path / "out")]) == 0
+    out = capsys.readouterr()
+    assert "*_graph.dot (Graphviz's `dot` is not installed, so no SVG" in out.out
+    assert "planning with single ...\nplanning with heft ..." in out.err  # progress
+    assert not list((tmp_path / "out").glob("*.svg"))

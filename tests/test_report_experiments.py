@@ -4,6 +4,7 @@ headline table it writes into RESULTS.md and between the README's markers."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -71,17 +72,22 @@ def test_headline_rows_make_one_table_atop_results_and_a_summary_in_the_readme(e
     (experiments_dir / "headlines" / "broken.json").write_text(json.dumps(
         [{"what": "stale", "measured": "9x", "target": "-", "met": None}]))
     run_all.main(["--quick", "--out", str(tmp_path / "RESULTS.md")])
-    table = "\n".join([
-        "| what | measured | target | met |", "|---|---|---|---|",
-        "| speed-up | 1.50x | >= 1.3x | yes |",
-        "| ceiling | 1.10x | - | - |",
-        "| Text: no headline rows recorded | ok | - | - |",
-        "| Broken: no headline rows recorded | failed (1) | - | **no** |",  # not the stale row
-        "| Absent: no headline rows recorded | not run (missing) | - | - |"])
     results = (tmp_path / "RESULTS.md").read_text()
-    assert results.index(table) < results.index("| experiment | script |")
-    assert ("Measured by `python -m experiments.run_all --quick` on " in results
-            and "machine: test machine." in results)
+    # each row dated by its own run, as the experiment's section mark records it
+    runs = dict(re.findall(r"<!-- experiment: (\S+) \| [^|]*\| \d+ s \| (\S+ \S+ UTC) -->",
+                           results))
+    assert set(runs) == {"table.py", "text.py", "broken.py"}  # absent.py did not run
+    table = "\n".join([
+        "| what | measured | target | met | run |", "|---|---|---|---|---|",
+        f"| speed-up | 1.50x | >= 1.3x | yes | {runs['table.py']} |",
+        f"| ceiling | 1.10x | - | - | {runs['table.py']} |",
+        f"| Text: no headline rows recorded | ok | - | - | {runs['text.py']} |",
+        # not the stale row
+        f"| Broken: no headline rows recorded | failed (1) | - | **no** | {runs['broken.py']} |",
+        "| Absent: no headline rows recorded | not run (missing) | - | - | not run |"])
+    assert results.index(table) < results.index("| experiment | script | status | run |")
+    assert ("Last run: `python -m experiments.run_all --quick`, " in results
+            and "; each row's own run in the `run` column; machine: test machine." in results)
     text = readme.read_text()
     before, after = README.split("old table\n")
     assert text.startswith(before) and text.endswith(after) and "old table" not in text
@@ -115,17 +121,24 @@ def test_only_runs_the_selected_script_and_keeps_earlier_sections(experiments_di
     assert "alpha   1.0" in text and "| quick |" not in text
     rows = [ln for ln in text.splitlines() if ln.startswith("| ") and "not run" in ln]
     assert sum("| not run (--only) |" in ln for ln in rows) == 3
+    first = re.search(r"<!-- experiment: text.py \| ok \| 0 s \| (\S+ \S+ UTC) -->",
+                      text).group(1)
     (experiments_dir / "text.py").write_text("print('gamma   3.0')\n")
     assert run_all.main(["--only", "table.py", "--out", str(out)]) == 0
     text = out.read_text()
     assert "| quick | False |" in text  # the new run
     assert "alpha   1.0" in text and "gamma" not in text  # text.py's section kept, not rerun
-    assert "| Text | `text.py` | ok (earlier run) | 0 |" in text
+    # the kept section keeps the date of its own run
+    assert f"| Text | `text.py` | ok (earlier run) | {first} | 0 |" in text
     assert text.count("## Text") == 1
     (experiments_dir / "headlines" / "table.json").write_text(json.dumps(
         [{"what": "earlier", "measured": "1x", "target": "-", "met": None}]))
     assert run_all.main(["--only", "text.py", "--out", str(out)]) == 0
-    assert "| earlier | 1x | - | - |" in out.read_text()  # table.py keeps its earlier rows
+    assert "| earlier | 1x | - | - | " in out.read_text()  # table.py keeps its earlier rows
+    # a section written before runs were dated says so
+    out.write_text(re.sub(r"( \| \d+ s) \| [^|]*? -->", r"\1 -->", out.read_text()))
+    assert run_all.main(["--only", "text.py", "--out", str(out)]) == 0
+    assert "| Table | `table.py` | ok (earlier run) | earlier, not dated | 0 |" in out.read_text()
     with pytest.raises(SystemExit):
         run_all.main(["--only", "nope.py", "--out", str(out)])
 

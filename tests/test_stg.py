@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from autostream.models.stg import parse_stg, read_optimal_csv, read_stg
+from autostream.models.stg import SAMPLE, benchmark_missing, parse_stg, read_optimal_csv, read_stg
 
 STG = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "stg"
-needs_stg = pytest.mark.skipif(not STG.is_dir(), reason="STG benchmark not present")
+needs_stg = pytest.mark.skipif(not STG.is_dir(), reason=benchmark_missing(STG))
 
 GOOD = "2\n0 0 0\n1 4 1 0\n2 3 1 0\n3 0 2 1 2\n# comment\n"
 
@@ -86,3 +86,14 @@ def test_optimal_csv_rows_with_bounds_and_bad_rows(tmp_path):
     bad.write_text("graph,streams,optimal_makespan\n50/x.stg,2,9,7\n")
     with pytest.raises(ValueError, match="below the lower bound"):
         read_optimal_csv(bad)
+
+
+def test_the_shipped_sample_plans_from_the_command_line(capsys):
+    from autostream.cli import main
+
+    p = read_stg(SAMPLE, streams=2)
+    assert p.graph.number_of_nodes() == 12 and p.total_work() == 47.0
+    assert main(["plan", str(SAMPLE), "--streams", "2", "--solver", "cpsat"]) == 0
+    out = capsys.readouterr().out
+    assert "proven optimal" in out and "makespan           26.00 us" in out
+    assert "cost table         none: the .stg file's task times" in out

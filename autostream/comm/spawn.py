@@ -28,6 +28,8 @@ from typing import Any
 
 #: the address every rank's store client and process group use
 HOST = "127.0.0.1"
+#: seconds a rank that has answered gets to exit before it is killed
+EXIT_GRACE_S = 10.0
 
 
 class RanksFailed(RuntimeError):
@@ -120,10 +122,15 @@ def run_ranks(fn: Callable[..., Any], world_size: int = 2, args: Sequence[Any] =
         try:
             _collect(results, got, errors, world_size, timeout_s, procs, paths)
         finally:
+            # ranks that answered exit on their own: killing one mid-exit leaves the
+            # semaphores it registered for the resource tracker to report as leaked
             for p in procs:
+                p.join(0.0 if errors else EXIT_GRACE_S)
                 if p.is_alive():
                     p.kill()
-                p.join(5.0)
+                    p.join(5.0)
+            results.close()
+            results.join_thread()
     del store  # the ranks are gone: stop serving
     if errors:
         raise RanksFailed("\n".join(errors))

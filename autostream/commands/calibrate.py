@@ -140,6 +140,10 @@ def run_from_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+#: a link fit whose largest relative error is above this is said to be rough
+ROUGH_FIT = 0.25
+
+
 def run_collectives(args: argparse.Namespace) -> int:
     """``--collectives``: link fits on real ranks, written into ``--out``."""
     from autostream.cost.calibrate_collectives import DEVICE_OF_BACKEND, calibrate_collectives
@@ -165,6 +169,12 @@ def run_collectives(args: argparse.Namespace) -> int:
     for f in fits:
         print(f"  {f.collective:15s} alpha {f.alpha_us:8.1f} us  bus bandwidth "
               f"{f.bandwidth / 1e9:7.3f} GB/s  share {f.share:.2f}  max error {f.max_error:.0%}")
+    rough = [f.collective for f in fits if f.max_error > ROUGH_FIT]
+    print("max error: the fit's largest relative error over the message sizes"
+          + (f"; {', '.join(rough)} over {ROUGH_FIT:.0%}: their times do not follow one "
+             f"alpha + bytes / bandwidth line here (ranks sharing the CPU with other work, or "
+             f"a protocol change between sizes): rerun with a larger --repeat on a quiet "
+             f"machine, or take their predictions as rough" if rough else ""))
     return 0
 
 

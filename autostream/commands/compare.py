@@ -7,6 +7,7 @@ into ``--out``, and prints the table.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 DEFAULT_SOLVERS = "single,round_robin,tf_greedy,opara,critical_path,nimble,heft,cpsat"
@@ -27,8 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--streams", type=int, default=4, help="maximum number of streams (default 4)")
     p.add_argument("--out", default="autostream-compare", help="output folder")
     p.add_argument("--cost-table", default=None, help="cost table name or path (models only)")
-    p.add_argument("--time-limit", type=float, default=10.0,
-                   help="seconds for solvers that search (cpsat); default 10")
+    p.add_argument("--time-limit", type=float, default=None,
+                   help="seconds for solvers that search (cpsat); default: by the graph's size, "
+                        "as plan")
     p.add_argument("--launch-overhead", type=float, default=0.0,
                    help="also replay every plan with this host launch cost per op, in us")
     p.add_argument("--sync-latency", type=float, default=None,
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.streams < 1:
         raise ValueError(f"--streams must be >= 1, got {args.streams}")
-    if args.time_limit <= 0:
+    if args.time_limit is not None and args.time_limit <= 0:
         raise ValueError(f"--time-limit must be > 0 seconds, got {args.time_limit}")
     solvers = parse_solvers(args.solvers)
     source = problem_from_spec(args.spec, args.streams, cost_table=args.cost_table,
@@ -50,14 +52,20 @@ def run(args: argparse.Namespace) -> int:
     if args.launch_overhead < 0:
         raise ValueError(f"--launch-overhead must be >= 0 us, got {args.launch_overhead}")
     results = plan_solvers(source.problem, solvers, time_limit=args.time_limit,
-                           launch_overhead_us=args.launch_overhead, memory=source.memory)
-    files = write_reports(args.out, source.problem, results, title=source.title)
+                           launch_overhead_us=args.launch_overhead, memory=source.memory,
+                           split_problem=source.split_problem, runtime=source.runtime,
+                           progress=lambda name: print(f"planning with {name} ...",
+                                                       file=sys.stderr, flush=True))
+    files = write_reports(args.out, source.problem, results, title=source.title,
+                          table=source.table, split_problem=source.split_problem)
     print(files.table.read_text(), end="")
     for note in source.notes:
         print(f"note: {note}")
     failed = [r.solver for r in results if not r.ok]
     if failed:
         print(f"warning: no plan from {', '.join(failed)} (see the table)")
+    from autostream.report.dot import rendering
+
     print(f"wrote {len(files.all())} files to {Path(args.out)}/ (table.md, *_gantt.png, "
-          "*_trace.json for ui.perfetto.dev, *_graph.dot)")
+          f"*_trace.json for ui.perfetto.dev, {rendering()})")
     return 0 if any(r.ok for r in results) else 1

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +29,8 @@ DEMO_SOLVERS = ("single", "round_robin", "opara", "nimble", "heft", "cpsat")
 DEVICES = (("ascend910b", "Ascend 910B"), ("h200", "NVIDIA H200"))
 #: depth of each GEMV chain of the measured model
 GEMV_DEPTH = 8
+#: untimed rounds before the timed ones (``autostream.runtime.timing``)
+WARMUP = 5
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -114,9 +115,11 @@ def _plan_for_device(table: str, device: str, args: argparse.Namespace,
         return None
     problem = source.problem
     _say(f"{device} ({table} table): {problem.graph.number_of_nodes()} ops, up to "
-         f"{problem.streams} streams, sync latency {problem.sync_latency_us:g} us")
+         f"{_count(problem.streams, 'stream')}, sync latency {problem.sync_latency_us:.1f} us")
     results = plan_solvers(problem, solvers, time_limit=args.time_limit, memory=source.memory)
     _say(markdown_table(results))
+    if any(r.ok and r.schedule is not None and r.schedule.optimal for r in results):
+        _say("*: proven optimal")
     for r in results:
         if r.note:
             _say(f"note: {r.solver}: {r.note}")
@@ -131,7 +134,9 @@ def _plan_for_device(table: str, device: str, args: argparse.Namespace,
     one_stream_us = single.schedule.makespan if single is not None else problem.single_stream_time()
     _say(f"best multi-stream plan: {best.solver}: Gantt {files.gantt[best.solver]}, trace "
          f"{files.trace[best.solver]} (open in https://ui.perfetto.dev), graph "
-         f"{files.graph[best.solver][-1]}\n")
+         f"{files.graph[best.solver][-1]}"
+         + ("" if files.graph[best.solver][-1].suffix == ".svg" else
+            " (no Graphviz here: render it with `dot -Tsvg`)") + "\n")
     return DevicePlan(device, best.solver, best.schedule.streams_used, len(best.syncs),
                       one_stream_us / best.schedule.makespan,
                       best.memory.peak_bytes / single.memory.peak_bytes - 1
@@ -140,15 +145,6 @@ def _plan_for_device(table: str, device: str, args: argparse.Namespace,
 
 
 # -- part 2: measured on this machine -------------------------------------------------------
-def _median_us(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
-
-
 def _compile(model: Any, inputs: tuple[Any, ...], streams: int, solver: str,
              time_limit: float | None) -> tuple[Any, Any]:
     """``torch.compile`` with the autostream backend on the CPU threads runtime; run once."""
@@ -166,15 +162,12 @@ def _compile(model: Any, inputs: tuple[Any, ...], streams: int, solver: str,
 
 
 def _time_variants(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median us of each variant, timed in alternating blocks so drift hits all alike."""
-    for fn in variants.values():  # warm-up
-        for _ in range(3):
-            fn()
-    samples: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(max(1, repeats // 5)):
-        for k, fn in variants.items():
-            samples[k].append(_median_us(fn, 5))
-    return {k: statistics.median(v) for k, v in samples.items()}
+    """Median us of each variant, by the experiments' method (``autostream.runtime.timing``)."""
+    from autostream.runtime.timing import machine_load, method, time_alternating
+
+    _say(f"timing: {method(repeats, WARMUP)} (the method of experiments/speedup.py); "
+         f"{machine_load()}")
+    return {k: v * 1e6 for k, v in time_alternating(variants, repeats, WARMUP).items()}
 
 
 def _measure(model: Any, inputs: tuple[Any, ...], args: argparse.Namespace) -> CpuRun:
@@ -200,8 +193,10 @@ def _measure(model: Any, inputs: tuple[Any, ...], args: argparse.Namespace) -> C
     _say(f"outputs equal eager: {'yes' if same else 'NO'}")
     _say("measured on CPU threads (median us): "
          + ", ".join(f"{k} {v:,.0f}" for k, v in med.items()))
-    _say(f"measured speed-up {measured:.2f}x over the best single stream ({base}); "
-         f"predicted {predicted:.2f}x")
+    _say(f"measured speed-up {measured:.2f}x over the best single stream ({base}; over eager "
+         f"{med['eager'] / med[planned]:.2f}x); predicted {predicted:.2f}x (experiments/"
+         f"speedup.py's 'measured' column is over the best of eager and Inductor, and times "
+         f"the backend's measured choice)")
     if not report.applied:
         return CpuRun(False, report.reason)
     return CpuRun(True, report.reason, used, len(report.plan.syncs), measured, predicted, base)
@@ -236,6 +231,13 @@ def _measured_trace(model: Any, inputs: tuple[Any, ...], args: argparse.Namespac
          f"({100 * plan.memory.increase:+.1f}% over one stream), measured "
          f"{format_bytes(held.peak_bytes)}")
     _say(f"measured trace (predicted and measured timelines): {path}")
+    from autostream.report.gantt import gantt_png
+
+    gantt = gantt_png(Path(args.out) / "cpu" / "plan_gantt.png", plan.problem, plan.schedule,
+                      list(plan.syncs), title=f"two GEMV chains, {plan.schedule.solver}, "
+                      f"{plan.predicted_us:,.0f} us predicted on {plan.schedule.streams_used} "
+                      f"streams")
+    _say(f"Gantt chart of the measured plan (predicted times): {gantt}")
 
 
 def _measure_on_cpu(args: argparse.Namespace) -> CpuRun | None:
@@ -305,5 +307,7 @@ def run(args: argparse.Namespace) -> int:
             _say(_device_line(p))
     if cpu is not None:
         _say(_cpu_line(cpu))
+    elif args.no_run:
+        _say("- This CPU: not measured (--no-run).")
     _say(f"Pictures and traces in {args.out}/. Done in {time.perf_counter() - t_start:.1f} s.")
     return 0

@@ -36,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="seconds for solvers that search (cpsat); default: by the graph's size")
     p.add_argument("--max-memory-increase", default=DEFAULT_MAX_MEMORY_INCREASE, metavar="X",
                    help="how far the plan's predicted peak memory may rise above one stream's: "
-                   "a fraction (0.1), a size (512MiB), both (10%%,2MiB: the larger) or none; "
-                   "0 keeps it at one stream's peak (default "
+                   "a percentage (10%%), a size (512MiB), both (10%%,2MiB: the larger) or none; "
+                   "0 keeps it at one stream's peak; a bare number is refused (default "
                    f"{DEFAULT_MAX_MEMORY_INCREASE.replace('%', '%%')})")
     p.add_argument("--core-budgets", action="store_true",
                    help="also choose each side stream's core budget (quarters of the chip) in "
@@ -78,6 +78,7 @@ def plan_stg(path: str, streams: int, solver: str, time_limit: float | None) -> 
         "stage_seconds": (stages := watch.times()).as_dict(),
         "pass_seconds": round(stages.total, 4),
         "solver_stats": solver_stats(schedule),
+        "cost_table": "none: the .stg file's task times",
     }
 
 
@@ -151,10 +152,10 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
     gm = max(graphs, key=lambda g: len(g.graph.nodes))
     report = AutoStreamPass(max_streams=streams, solver=solver, cost_table=cost_table,
                             time_limit=time_limit, max_memory_increase=max_memory_increase,
-                            core_budgets=core_budgets).apply(gm)
+                            core_budgets=core_budgets).run(gm)  # logged: its INFO line
     if report.plan is None:
         raise RuntimeError(f"the model could not be planned: {report.reason}")
-    summary = report.summary()
+    summary = report.figures()
     summary["solver"] = solver
     summary["solver_stats"] = solver_stats(report.plan.schedule)
     summary["notes"] = list(report.plan.notes)
@@ -192,6 +193,11 @@ def describe(spec: str, s: dict[str, Any]) -> str:
         + (f"  (speed-up {s['single_stream_us'] / s['makespan_us']:.2f}x)"
            if s["makespan_us"] > 0 else ""),
         f"  syncs              {s['num_syncs']}",
+        *([f"  with runtime costs {s['predicted_us']:.2f} us  (the makespan and the multi-stream "
+           f"runtime's host costs, as compare's column)"]
+          if s.get("predicted_us") and s["streams_used"] > 1 else []),
+        f"  cost table         {s.get('cost_table', 'unknown')}",
+        *([f"  cost sources       {s['cost_sources']}"] if "cost_sources" in s else []),
         *_memory_lines(s),
         f"  planning time      {s['plan_seconds']:.2f} s",
     ]

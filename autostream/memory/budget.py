@@ -1,10 +1,12 @@
 """The memory budget of a plan: how far its predicted peak may rise above one stream's.
 
 ``max_memory_increase`` (``AutoStreamPass``, ``autostream.backend``, ``autostream plan
---max-memory-increase``) is a fraction of the single-stream peak (``0.1``, ``"10%"``),
-a size (``"512MiB"``, ``"1GB"``, ``"4096B"``), both (``"10%,2MiB"``: whichever allows
-more), or ``None`` for no budget.  ``0``: never above the single-stream peak.  A
-number is always a fraction: give sizes as strings with a unit.
+--max-memory-increase``) is a percentage of the single-stream peak (``"10%"``; in Python
+also a fraction up to 1, ``0.1``), a size (``"512MiB"``, ``"1GB"``, ``"4096B"``), both
+(``"10%,2MiB"``: whichever allows more), or ``None``/``"none"`` for no budget.  ``0``:
+never above the single-stream peak.  Text never holds a bare number other than ``0``
+(``"10"`` could mean 10% or +1000%), and a Python number above 1 is refused for the
+same reason: write ``"1000%"``.
 
 The default, :data:`DEFAULT_MAX_MEMORY_INCREASE` = ``"10%,2MiB"``, has the shape of
 PyTorch's overlap scheduler's (it refuses reorders that raise the peak by more than
@@ -24,7 +26,11 @@ are never held back for it.
 >>> MemoryBudget.parse(-1)
 Traceback (most recent call last):
 ...
-ValueError: max_memory_increase must be >= 0 (a fraction of the single-stream peak such as 0.1, or a size such as '512MiB'), got -1
+ValueError: max_memory_increase must be >= 0 (a percentage of the single-stream peak such as '10%', a size such as '512MiB', both as '10%,2MiB', 0, or 'none'), got -1
+>>> MemoryBudget.parse("10", option="--max-memory-increase")
+Traceback (most recent call last):
+...
+ValueError: --max-memory-increase: '10' is a bare number: write '10%' for a percentage of the single-stream peak, or a size with its unit such as '10MiB' (accepted: a percentage of the single-stream peak such as '10%', a size such as '512MiB', both as '10%,2MiB', 0, or 'none')
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ DEFAULT_MAX_MEMORY_INCREASE = "10%,2MiB"
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _SIZE = re.compile(r"^\s*([-+]?[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]+)\s*$", re.I)
-_FORMS = "a fraction of the single-stream peak such as 0.1, or a size such as '512MiB'"
+_FORMS = ("a percentage of the single-stream peak such as '10%', a size such as '512MiB', "
+          "both as '10%,2MiB', 0, or 'none'")
 
 
 @dataclass(frozen=True)
@@ -59,12 +66,16 @@ class MemoryBudget:
 
         ``option`` names the setting in error messages.
 
-        >>> MemoryBudget.parse("0.25"), MemoryBudget.parse("2 MB")
+        >>> MemoryBudget.parse(0.25), MemoryBudget.parse("2 MB")
         (MemoryBudget(fraction=0.25, nbytes=None), MemoryBudget(fraction=None, nbytes=2000000))
         >>> MemoryBudget.parse("lots", option="--max-memory-increase")
         Traceback (most recent call last):
         ...
-        ValueError: --max-memory-increase: cannot read 'lots'; give a fraction of the single-stream peak such as 0.1, or a size such as '512MiB', or 'none' for no budget
+        ValueError: --max-memory-increase: cannot read 'lots'; give a percentage of the single-stream peak such as '10%', a size such as '512MiB', both as '10%,2MiB', 0, or 'none'
+        >>> MemoryBudget.parse("10%,2MiB,3")
+        Traceback (most recent call last):
+        ...
+        ValueError: max_memory_increase: '10%,2MiB,3' has 3 parts; give at most a percentage and a size, as '10%,2MiB'
         """
         if value is None or isinstance(value, str) and value.strip().lower() == "none":
             return None
@@ -72,12 +83,26 @@ class MemoryBudget:
             raise ValueError(f"{option} must be a number or a string ({_FORMS}), "
                              f"got {type(value).__name__} {value!r}")
         if isinstance(value, str):
-            parts = [cls._parse_text(p, option) for p in value.split(",")]
+            texts = value.split(",")
+            if len(texts) > 2:
+                raise ValueError(f"{option}: {value!r} has {len(texts)} parts; give at most a "
+                                 f"percentage and a size, as '10%,2MiB'")
+            parts = [cls._parse_text(p, option) for p in texts]
+            if len(parts) == 2 and (parts[0].fraction is None) == (parts[1].fraction is None):
+                raise ValueError(f"{option}: {value!r} gives two "
+                                 f"{'sizes' if parts[0].fraction is None else 'percentages'}; "
+                                 f"give at most a percentage and a size, as '10%,2MiB'")
             return cls(fraction=max((p.fraction for p in parts if p.fraction is not None),
                                     default=None),
                        nbytes=max((p.nbytes for p in parts if p.nbytes is not None),
                                   default=None))
-        return cls(fraction=_checked(float(value), value, option))
+        number = _checked(float(value), value, option)
+        if number > 1:
+            raise ValueError(f"{option}={value!r}: a number is a fraction of the single-stream "
+                             f"peak (0.1 is +10%), and {value!r} would allow "
+                             f"+{100 * value:g}%; write '{value:g}%' for a percentage, "
+                             f"'{100 * value:g}%' if you mean it, or a size such as '512MiB'")
+        return cls(fraction=number)
 
     @classmethod
     def _parse_text(cls, text: str, option: str) -> MemoryBudget:
@@ -85,14 +110,20 @@ class MemoryBudget:
         try:
             if raw.endswith("%"):
                 return cls(fraction=_checked(float(raw[:-1]) / 100, text, option))
-            return cls(fraction=_checked(float(raw), text, option))
+            number = float(raw)
         except ValueError as exc:
             if "must be" in str(exc):
                 raise
+        else:
+            if number == 0:
+                return cls(fraction=0.0)
+            _checked(number, text, option)
+            raise ValueError(f"{option}: {text.strip()!r} is a bare number: write "
+                             f"'{raw}%' for a percentage of the single-stream peak, or a size "
+                             f"with its unit such as '{raw}MiB' (accepted: {_FORMS})")
         m = _SIZE.match(raw)
         if m is None or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"{option}: cannot read {text!r}; give {_FORMS}, or 'none' for "
-                             "no budget")
+            raise ValueError(f"{option}: cannot read {text!r}; give {_FORMS}")
         size = _checked(float(m.group(1)) * _UNITS[m.group(2).lower()], text, option)
         return cls(nbytes=int(size))
 

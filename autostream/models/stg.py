@@ -18,6 +18,21 @@ import networkx as nx
 
 from autostream.scheduling.problem import SchedulingProblem
 
+#: a small sample graph, shipped with the package (``autostream plan`` takes it)
+SAMPLE = Path(__file__).with_name("sample.stg")
+
+
+def benchmark_missing(root: Path) -> str:
+    """Why the STG benchmark cannot run from ``root``, and where to get it.
+
+    >>> benchmark_missing(Path("/nowhere")).startswith("no STG benchmark at /nowhere")
+    True
+    """
+    return (f"no STG benchmark at {root} (expected 50/, 100/ and optimal.csv there): it is the "
+            f"Standard Task Graph Set of the Kasahara lab, Waseda University (random DAGs of "
+            f"50 and 100 tasks and their proven optimal makespans), published on the lab's "
+            f"site; put it there, or try the sample graph {SAMPLE}")
+
 
 def _int(text: str, where: str, field: str, minimum: int = 0) -> int:
     try:

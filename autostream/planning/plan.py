@@ -71,6 +71,9 @@ class PlanOptions:
     def __post_init__(self) -> None:
         if isinstance(self.max_streams, bool) or not isinstance(self.max_streams, int) or self.max_streams < 1:
             raise ValueError(f"max_streams must be an integer >= 1, got {self.max_streams!r}")
+        if not isinstance(self.solver, str):
+            raise ValueError(f"solver must be a solver's name (a string), got "
+                             f"{type(self.solver).__name__} {self.solver!r}")
         check_solver_name(self.solver)
         limit = self.time_limit
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))
@@ -83,6 +86,9 @@ class PlanOptions:
                              f"table file (or None: the default table of the graph's device), "
                              f"got {type(self.cost_table).__name__} {self.cost_table!r}")
         MemoryBudget.parse(self.max_memory_increase)
+        if not isinstance(self.core_budgets, bool):
+            raise ValueError(f"core_budgets must be True or False, got "
+                             f"{type(self.core_budgets).__name__} {self.core_budgets!r}")
         if self.core_budgets and self.solver != "cpsat":
             raise ValueError(f"core_budgets=True needs solver='cpsat' (budgets are chosen in "
                              f"its model; other solvers plan without budgets), got solver="

@@ -1,6 +1,6 @@
 """Reports on plans: Gantt PNG, Perfetto/Chrome trace, DOT dump, solver comparison table.
 
-May import: memory, models, planning, scheduling.
+May import: cost, memory, models, planning, scheduling.
 
 Every report is a function of plain data (``SchedulingProblem``, ``Schedule``,
 ``list[Sync]``, optionally a ``Timeline``):

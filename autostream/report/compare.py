@@ -10,10 +10,11 @@ missing or fails gets a row with its error instead of stopping the others), and
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from autostream.memory.fit import RuntimeCosts
 from autostream.memory.predict import GraphMemory, allocation_timeline, predict_memory
 from autostream.report.dot import write_graph
 from autostream.report.gantt import gantt_png
@@ -25,6 +26,13 @@ from autostream.scheduling.simulate import simulate_plan
 from autostream.scheduling.solvers import check_solver_name, get_solver, solver_options
 from autostream.scheduling.sync import compute_syncs
 from autostream.scheduling.timeline import Timeline
+
+#: what the "with runtime costs" column is, under every table that has it
+RUNTIME_NOTE = ("Multi-stream makespans are solved as `autostream plan` solves them (each op on "
+                "its stream's share of the intra-op threads); \"with runtime costs\" adds the "
+                "multi-stream runtime's host costs per call, segment and op, which `plan` "
+                "includes: it keeps one stream unless that figure is at least 1% under the "
+                "single-stream time.")
 
 
 def parse_solvers(text: str) -> list[str]:
@@ -51,6 +59,9 @@ def plan_solvers(
     time_limit: float | None = None,
     launch_overhead_us: float = 0.0,
     memory: GraphMemory | None = None,
+    split_problem: SchedulingProblem | None = None,
+    runtime: RuntimeCosts | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[SolverResult]:
     """Run each solver on ``problem``; a failure becomes a row with ``error`` set.
 
@@ -61,6 +72,12 @@ def plan_solvers(
     (the graph's tensor sizes), each plan's predicted peak memory is kept in
     ``SolverResult.memory`` (the table and the Gantt charts then show it).
 
+    As ``autostream plan`` does, every solver but ``single`` solves ``split_problem`` when
+    given (each op on its stream's share of the intra-op threads), and with ``runtime``
+    each plan's time with the multi-stream runtime's host costs is kept in
+    ``SolverResult.runtime_us``: what ``plan`` predicts, and compares with one stream.
+    ``progress`` is told each solver's name before it runs.
+
     >>> import networkx as nx
     >>> g = nx.DiGraph([("a", "b"), ("a", "c")]); nx.set_node_attributes(g, 1.0, "duration")
     >>> [r.schedule.makespan for r in plan_solvers(SchedulingProblem(g, 2), ["single", "heft"])]
@@ -68,6 +85,9 @@ def plan_solvers(
     """
     results = []
     for name in solvers:
+        if progress is not None:
+            progress(name)
+        solved = problem if name == "single" or split_problem is None else split_problem
         t0 = time.perf_counter()
         try:
             fn = get_solver(name)
@@ -77,23 +97,36 @@ def plan_solvers(
         try:
             searches = time_limit is not None and "time_limit" in solver_options(name)
             options = {"time_limit": time_limit} if searches else {}
-            schedule = fn(problem, **options)
+            schedule = fn(solved, **options)
         except Exception as exc:  # noqa: BLE001 - one failing solver must not hide the others
             results.append(SolverResult(name, None, plan_seconds=time.perf_counter() - t0,
                                         error=f"{type(exc).__name__}: {exc}"))
             continue
         seconds = time.perf_counter() - t0
-        syncs, note = syncs_for(problem, schedule), None
-        replayed = simulate_plan(problem, schedule, syncs)
+        syncs, note = syncs_for(solved, schedule), None
+        replayed = simulate_plan(solved, schedule, syncs)
         replay = replayed.makespan
         if abs(replay - schedule.makespan) > 1e-6 * max(1.0, schedule.makespan):
             note = f"replayed makespan {replay:.1f} us (planner {schedule.makespan:.1f} us)"
-        overhead = (simulate_plan(problem, schedule, syncs, launch_overhead_us).makespan
+        overhead = (simulate_plan(solved, schedule, syncs, launch_overhead_us).makespan
                     if launch_overhead_us > 0 else None)
         peak = None if memory is None else predict_memory(
             memory, schedule, syncs, allocation_timeline(memory, schedule, replayed))
-        results.append(SolverResult(name, schedule, syncs, seconds, None, note, overhead, peak))
+        with_runtime = None if runtime is None else runtime_us(solved, schedule, syncs, runtime)
+        results.append(SolverResult(name, schedule, syncs, seconds, None, note, overhead, peak,
+                                    with_runtime))
     return results
+
+
+def runtime_us(problem: SchedulingProblem, schedule: Schedule, syncs: Sequence[Sync],
+               runtime: RuntimeCosts) -> float:
+    """A plan's predicted time with the multi-stream runtime's host costs, as
+    ``autostream plan`` predicts it (``memory.fit.evaluate``): one stream runs as planned."""
+    if schedule.streams_used <= 1:
+        return schedule.makespan
+    timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime.op_us,
+                             segment_overhead_us=runtime.segment_us)
+    return timeline.makespan + runtime.call_us
 
 
 @dataclass(frozen=True)
@@ -120,10 +153,14 @@ def write_reports(
     measured: Mapping[str, Timeline] | None = None,
     kinds: Mapping[str, str] | None = None,
     title: str | None = None,
+    table: str = "",
+    split_problem: SchedulingProblem | None = None,
 ) -> ReportFiles:
     """Write ``table.md`` and every solver's Gantt PNG, trace JSON and graph dump.
 
-    ``measured`` maps a solver name to a measured timeline, added to its trace.
+    ``measured`` maps a solver name to a measured timeline, added to its trace; ``table``
+    names the cost table; ``split_problem`` is what solvers but ``single`` solved
+    (:func:`plan_solvers`).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -131,9 +168,14 @@ def write_reports(
     table_text = markdown_table(results)
     notes = [f"- {r.solver}: {r.note}" for r in results if r.note]
     head = f"# {title}\n\n" if title else ""
-    body = (f"{head}{problem.graph.number_of_nodes()} ops, up to {problem.streams} streams, "
-            f"sync latency {problem.sync_latency_us:g} us, single-stream time "
-            f"{get_solver('single')(problem).makespan:,.1f} us.\n\n{table_text}\n")
+    body = (f"{head}{problem.graph.number_of_nodes()} ops, up to {problem.streams} stream{'s' * (problem.streams != 1)}, "
+            f"sync latency {problem.sync_latency_us:.1f} us, single-stream time "
+            f"{get_solver('single')(problem).makespan:,.1f} us"
+            + (f"; cost table {table}" if table else "") + f".\n\n{table_text}\n")
+    if any(r.runtime_us is not None for r in results):
+        body += f"\n{RUNTIME_NOTE}\n"
+    if any(r.ok and r.schedule is not None and r.schedule.optimal for r in results):
+        body += "\n`*`: proven optimal.\n"
     if notes:
         body += "\nNotes:\n" + "\n".join(notes) + "\n"
     files = ReportFiles(out / "table.md")
@@ -142,15 +184,16 @@ def write_reports(
         if not r.ok or r.schedule is None:
             continue
         s, syncs = r.schedule, list(r.syncs)
+        solved = problem if r.solver == "single" or split_problem is None else split_problem
         label = f"{title}: " if title else ""
         files.gantt[r.solver] = gantt_png(
-            out / f"{r.solver}_gantt.png", problem, s, syncs, kinds=kinds, memory=r.memory,
+            out / f"{r.solver}_gantt.png", solved, s, syncs, kinds=kinds, memory=r.memory,
             title=f"{label}{r.solver}, {s.makespan:,.1f} us on {s.streams_used} stream(s), "
                   f"{len(syncs)} sync(s)")
         files.trace[r.solver] = write_trace(
-            out / f"{r.solver}_trace.json", problem, s, syncs,
+            out / f"{r.solver}_trace.json", solved, s, syncs,
             measured=(measured or {}).get(r.solver), kinds=kinds)
-        files.graph[r.solver] = write_graph(out / f"{r.solver}_graph.dot", problem, s, syncs,
+        files.graph[r.solver] = write_graph(out / f"{r.solver}_graph.dot", solved, s, syncs,
                                             kinds=kinds)
     return files
 

@@ -29,6 +29,14 @@ def _q(name: object) -> str:
     return f'"{text}"'
 
 
+def rendering() -> str:
+    """Whether graph dumps are rendered to SVG here, in words (outputs say it)."""
+    if shutil.which("dot"):
+        return "*_graph.dot with *_graph.svg rendered by Graphviz"
+    return ("*_graph.dot (Graphviz's `dot` is not installed, so no SVG: install graphviz, or "
+            "render one with `dot -Tsvg FILE.dot -o FILE.svg`)")
+
+
 def graph_dot(
     problem: SchedulingProblem,
     schedule: Schedule,

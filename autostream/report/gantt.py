@@ -3,7 +3,10 @@
 The picture is drawn with matplotlib's Agg backend (no display needed): the
 makespan and the lower bound are vertical lines, each sync is an arrow from the
 producer's end (the ``record``) to the consumer's start (the ``wait``), and a join
-sync points at the graph's output on the main stream.  Large plans stay fast: bars
+sync points at the graph's output on the main stream (a dotted line, when the join
+ends after the makespan).  The legend names the kinds of the ops drawn with time
+(the rest: "other ops") and the syncs; the memory panel's axis spans the curve, so a
+rise of 1% shows.  Large plans stay fast: bars
 are drawn as one artist per lane and colour, and beyond 200 syncs the arrows become
 plain lines.
 """
@@ -24,6 +27,9 @@ from autostream.scheduling.timeline import Timeline
 _LABEL_LIMIT = 60
 #: Beyond this many syncs, they are drawn as thin lines without arrow heads (speed).
 _ARROW_LIMIT = 200
+#: Kinds with a colour (and a legend entry) of their own; the rest are "other ops".
+LEGEND_KINDS = 10
+OTHER = "#BBBBBB"
 
 
 def gantt_figure(
@@ -46,7 +52,8 @@ def gantt_figure(
 
     tl = timeline or Timeline.from_schedule(schedule, syncs, problem.sync_latency_us)
     kind = op_kinds(problem, kinds)
-    colours = kind_colours(kind)
+    timed = {op: kind[op] for op, span in tl.spans.items() if span.duration > 0}
+    colours = {k: c for k, c in kind_colours(timed, LEGEND_KINDS).items() if c != OTHER}
     lanes = sorted(set(tl.streams) | {0}, key=lambda s: (s < 0, abs(s)))  # links last
     lane_y = {s: len(lanes) - 1 - i for i, s in enumerate(lanes)}  # main stream on top
     horizon = max(tl.makespan, tl.output, schedule.lower_bound, 1e-9)
@@ -62,7 +69,8 @@ def gantt_figure(
     bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
     for span in tl.spans.values():
         width = max(span.duration, horizon * 1e-3)  # keep zero-time ops visible
-        bars.setdefault((span.stream, colours[kind[span.op]]), []).append((span.start, width))
+        bars.setdefault((span.stream, colours.get(kind[span.op], OTHER)), []).append(
+            (span.start, width))
         if len(tl.spans) <= _LABEL_LIMIT and span.duration > horizon * 0.04:
             ax.text(span.start + span.duration / 2, lane_y[span.stream], str(span.op),
                     ha="center", va="center", fontsize=6, clip_on=True)
@@ -82,6 +90,9 @@ def gantt_figure(
         else:
             continue
         segments.append(((ev.record, y0), (x1, y1)))
+    if segments and tl.output > tl.makespan * (1 + 1e-9):
+        ax.axvline(tl.output, color="#D62728", lw=0.8, ls=":",
+                   label=f"outputs joined {tl.output:.1f} us")
     if len(segments) <= _ARROW_LIMIT:
         for a, b in segments:
             ax.annotate("", xy=b, xytext=a,
@@ -103,7 +114,14 @@ def gantt_figure(
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(title or f"{schedule.solver}: {len(tl.spans)} ops on {len(tl.streams)} "
                  f"stream(s), {len(tl.syncs)} sync(s)", fontsize=10)
-    handles = [Patch(color=c, label=k) for k, c in list(colours.items())[:10]]
+    handles = [Patch(color=c, label=k) for k, c in colours.items()]
+    if any(colour == OTHER for _, colour in bars):
+        handles.append(Patch(color=OTHER, label="other ops"))
+    if segments:
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], color="#D62728", lw=0.9, marker=">", markersize=4,
+                              label=f"sync ({len(segments)})"))
     line_handles, _ = ax.get_legend_handles_labels()
     ax.legend(handles=line_handles + handles, loc="upper left", bbox_to_anchor=(1.0, 1.0),
               fontsize=7, frameon=False)
@@ -115,8 +133,12 @@ def _memory_panel(ax, memory: MemoryProfile, horizon: float) -> None:
     """Live bytes (MiB) as a step curve, the peak as a dashed line."""
     times = [min(t, horizon * 1.04) for t, _ in memory.curve] + [horizon * 1.04]
     mib = [b / 2**20 for _, b in memory.curve]
+    low, high = min(mib), max(mib)
+    pad = max(0.1 * (high - low), 1e-3 * high, 1e-6)
+    floor = max(0.0, low - pad)  # the axis spans the curve: a small rise stays visible
     ax.step(times, [*mib, mib[-1]], where="post", color="#1F77B4", lw=1.0)
-    ax.fill_between(times, [*mib, mib[-1]], step="post", color="#1F77B4", alpha=0.15)
+    ax.fill_between(times, [*mib, mib[-1]], floor, step="post", color="#1F77B4", alpha=0.15)
+    ax.set_ylim(floor, high + pad)
     ax.axhline(memory.peak_bytes / 2**20, color="#1F77B4", lw=0.8, ls="--",
                label=f"peak {format_bytes(memory.peak_bytes)}")
     ax.set_ylabel("live MiB", fontsize=8)

@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autostream.memory.fit import RuntimeCosts
 from autostream.memory.predict import GraphMemory
 from autostream.models.modelspec import load_model_spec
 from autostream.models.stg import read_stg
-from autostream.planning.plan import plan_model
+from autostream.planning.plan import build_problem, load_cost_model, plan_model
 from autostream.scheduling.problem import SchedulingProblem
 
 
@@ -22,6 +23,14 @@ class Source:
     notes: tuple[str, ...] = ()
     #: tensor sizes, for the predicted peak memory of each plan (``None`` for STG graphs)
     memory: GraphMemory | None = None
+    #: the problem multi-stream plans are solved on, as ``autostream plan`` does: each op
+    #: on its stream's share of the intra-op threads (``None``: ``problem``'s durations)
+    split_problem: SchedulingProblem | None = None
+    #: the multi-stream runtime's host costs, which ``autostream plan`` adds to a
+    #: multi-stream plan's makespan (``None``: an STG graph, none)
+    runtime: RuntimeCosts | None = None
+    #: the cost table, in words (``cost.label.table_label``)
+    table: str = "none: the .stg file's task times"
 
 
 def problem_from_model(
@@ -30,16 +39,27 @@ def problem_from_model(
     streams: int,
     *,
     cost_table: str | None = None,
-    time_limit: float = 10.0,
+    time_limit: float | None = None,
     title: str = "model",
 ) -> Source:
     """Capture ``model``'s post-AOT graph (the largest, if Dynamo splits it), estimate
-    op costs, and return the problem."""
+    op costs, and return the problem, with the split problem and runtime costs
+    ``autostream plan`` uses for multi-stream plans."""
+    from autostream.cost.label import table_label
 
+    costs = load_cost_model(cost_table)
     plan = plan_model(model, example_inputs, max_streams=streams, solver="single",
-                      cost_table=cost_table, time_limit=time_limit)
+                      cost_table=costs, time_limit=time_limit)
     gm = next(iter(plan.op_graph.nodes.values()))["fx"].graph if len(plan.op_graph) else None
-    return Source(plan.problem, title, (), GraphMemory.from_graph(gm) if gm is not None else None)
+    split = plan.problem
+    if any(getattr(e, "split", 1.0) != 1.0 for e in plan.estimates.values()):
+        split = build_problem(plan.op_graph, plan.estimates, streams,
+                              plan.problem.sync_latency_us, split=True,
+                              transfers=plan.transfers)
+    runtime = RuntimeCosts(costs.runtime_op_us, costs.runtime_call_us, costs.runtime_segment_us)
+    device = getattr(getattr(costs, "profile", None), "kind", "")
+    return Source(plan.problem, title, (), GraphMemory.from_graph(gm) if gm is not None else None,
+                  split, runtime, table_label(costs, cost_table, device))
 
 
 def problem_from_spec(
@@ -47,7 +67,7 @@ def problem_from_spec(
     streams: int,
     *,
     cost_table: str | None = None,
-    time_limit: float = 10.0,
+    time_limit: float | None = None,
     sync_latency_us: float | None = None,
 ) -> Source:
     """``file.stg``, ``module:function`` or ``file.py:function`` -> the problem to compare.

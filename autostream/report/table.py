@@ -24,6 +24,9 @@ class SolverResult:
     overhead_makespan: float | None = None
     #: the plan's predicted memory, when the problem comes with tensor sizes
     memory: MemoryProfile | None = None
+    #: the plan's time with the multi-stream runtime's host costs (``autostream plan``'s
+    #: prediction), when the problem comes with them
+    runtime_us: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -32,6 +35,12 @@ class SolverResult:
 
 def _fmt_us(x: float) -> str:
     return f"{x:,.1f}"
+
+
+def _runtime(us: float | None, baseline: float | None) -> str:
+    if us is None:
+        return "-"
+    return _fmt_us(us) + (f" ({baseline / us:.2f}x)" if baseline and us > 0 else "")
 
 
 def _fmt_peak(memory: MemoryProfile | None, single_peak: int | None) -> str:
@@ -75,21 +84,23 @@ def markdown_table(
         baseline = next((r.schedule.makespan for r in results
                          if r.ok and r.solver == "single" and r.schedule is not None), None)
     extra = any(r.overhead_makespan is not None for r in results)
+    runtime = any(r.runtime_us is not None for r in results)
     memory = any(r.memory is not None for r in results)
     single_peak = next((r.memory.peak_bytes for r in results
                         if r.ok and r.solver == "single" and r.memory is not None), None)
     head = ("| solver | streams used | syncs | predicted makespan (us) | lower bound (us) | gap "
             "| speed-up | plan time (s) |" + (" with launch overhead (us) |" if extra else "")
+            + (" with runtime costs (us) |" if runtime else "")
             + (" peak memory |" if memory else ""))
     lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if extra else "")
-             + ("---:|" if memory else "")]
+             + ("---:|" if runtime else "") + ("---:|" if memory else "")]
     for r in results:
         s = r.schedule
         if s is None or r.error:
             reason = (r.error or "no plan").replace("|", "/").splitlines()[0][:80]
             lines.append(f"| {r.solver} | - | - | failed: {reason} | - | - | - "
                          f"| {r.plan_seconds:.3f} |" + (" - |" if extra else "")
-                         + (" - |" if memory else ""))
+                         + (" - |" if runtime else "") + (" - |" if memory else ""))
             continue
         star = "*" if s.optimal else ""
         speed = f"{baseline / s.makespan:.2f}x" if baseline and s.makespan > 0 else "-"
@@ -98,6 +109,7 @@ def markdown_table(
             f"| {_fmt_us(s.lower_bound)} | {fmt_pct(s.gap)} | {speed} | {r.plan_seconds:.3f} |"
             + (f" {_fmt_us(r.overhead_makespan)} |" if r.overhead_makespan is not None
                else " - |" if extra else "")
+            + (f" {_runtime(r.runtime_us, baseline)} |" if runtime else "")
             + (f" {_fmt_peak(r.memory, single_peak)} |" if memory else "")
         )
     return "\n".join(lines)
