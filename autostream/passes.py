@@ -35,7 +35,7 @@ from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.cost.fused import FusedCosts, split_fusions
 from autostream.cost.label import table_label
 from autostream.dialects.hand import strip_stream_ops
-from autostream.dialects.input_mutations import ge_output_ref_edges
+from autostream.dialects.input_mutations import ge_output_ref_edges, symbolic_inputs_as_sizes
 from autostream.dialects.rewrite import restore, rewrite_graph, snapshot
 from autostream.dialects.torchair import is_stream_op
 from autostream.dialects.torchair_modes import (
@@ -44,6 +44,7 @@ from autostream.dialects.torchair_modes import (
     GE_PLACEMENT,
     acl_reinplace_hazards,
     acl_scope_overhead_us,
+    symbolic_size_lists,
     torchair_mode,
 )
 from autostream.dialects.verify import verify_rewrite
@@ -399,6 +400,25 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
 
     def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any,
                                 mode: str | None = None) -> PassReport:
+        if mode != GE_MODE:
+            return self._plan_and_rewrite_once(gm, example_inputs, mode)
+        packed = symbolic_size_lists(gm)
+        if packed and not hand_tagged(gm.graph):
+            return PassReport(len(gm.graph.nodes), Outcome.NO_PARALLELISM,
+                              f"left unchanged: GE packs the symbolic size lists of "
+                              f"{', '.join(packed[:3])}{' ...' * (len(packed) > 3)} on the "
+                              f"main stream wherever they run (docs/torchair.md); "
+                              f"mark fewer sizes dynamic or use the ACL graph")
+        # GE reads symbolic inputs through sym_size ops it adds after the pass on the main
+        # stream: added here instead, one per user, they are planned like any op
+        reads = symbolic_inputs_as_sizes(gm)
+        report = self._plan_and_rewrite_once(gm, example_inputs, mode)
+        if not report.applied:
+            reads.undo(gm)
+        return report
+
+    def _plan_and_rewrite_once(self, gm: torch.fx.GraphModule, example_inputs: Any,
+                               mode: str | None = None) -> PassReport:
         nodes = len(gm.graph.nodes)
         tagged = hand_tagged(gm.graph)
         if tagged:

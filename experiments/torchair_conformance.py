@@ -767,9 +767,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def negative_control() -> dict[str, Any]:
-    """The train-mode batch norm in GE at 2 streams on ``h200``, planned without the order
+    """The buffer-updating module in GE at 2 streams on ``h200``, planned without the order
     edges of GE's output refs: the harness must find the race they prevent."""
-    name = "batchnorm_train"
+    name = "buffer_update"
     result = run_case(models([name])[name], 2, "h200", "max-autotune", drop_ref_edges=True)
     caught = sum(len(f.uncovered_output_refs) for _, f, _ in result.graphs)
     return {"case": f"{name}, 2 streams, h200, max-autotune", "caught": caught}

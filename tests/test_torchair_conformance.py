@@ -297,13 +297,13 @@ def test_front_door_input_mutations_are_ordered(torchair_cache, model, mode):
 
 @pytest.mark.slow
 def test_negative_control_without_output_ref_edges_is_caught(torchair_cache):
-    """A train-mode batch norm at 2 streams planned without the order edges of GE's output
-    refs (and without ``verify_rewrite``'s check of them): the reader of the running mean's
-    old value races the op GE binds to it, and the harness names it."""
-    [case] = run_whole_case(torchair_cache, "batchnorm_train", 2, "h200", "max-autotune",
+    """A module updating its buffer, at 2 streams, planned without the order edges of GE's
+    output refs (and without ``verify_rewrite``'s check of them): the readers of the
+    buffer's old value race the op GE binds to it, and the harness names them."""
+    [case] = run_whole_case(torchair_cache, "buffer_update", 2, "h200", "max-autotune",
                             "--drop-ref-edges")["graphs"]
     assert case["applied"] and case["uncovered_output_refs"], case
-    [kept] = run_case(torchair_cache, "batchnorm_train", 2, "h200", "max-autotune")
+    [kept] = run_case(torchair_cache, "buffer_update", 2, "h200", "max-autotune")
     assert kept["applied"] and kept["checked_output_refs"] > 0
     assert kept["uncovered_output_refs"] == []
 

@@ -416,3 +416,52 @@ def test_verifier_checks_output_refs_from_the_graph_alone():
     ge = verify_rewrite(gm, deps, "max-autotune")
     assert ge.checked["output_refs"] == 2
     assert any(reader in p and "write in place" in p for p in ge.problems), ge.problems
+
+
+def aot_graph_with_symbols(fn, *inputs):
+    """The forward graph AOTAutograd gives a backend for ``fn`` under ``dynamic=True``."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = []
+
+    def grab(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    torch._dynamo.reset()
+    torch.compile(fn, dynamic=True, backend=aot_autograd(fw_compiler=grab))(*inputs)
+    return graphs[0]
+
+
+def _half_rows(x):
+    return x[: x.shape[0] // 2].exp() * 2
+
+
+def test_symbolic_inputs_are_read_from_sizes_where_used_and_can_be_undone():
+    """GE's ``_optimize_sym_input`` reads a symbolic input from a tensor's size at the top of
+    the graph, on the main stream; the pass puts one ``sym_size`` before each user instead,
+    computing the same values, and takes them out again when it leaves the graph alone."""
+    from autostream.dialects.input_mutations import symbolic_inputs_as_sizes
+
+    gm = aot_graph_with_symbols(_half_rows, torch.randn(8, 3))
+    args = [8, 3, torch.randn(8, 3)]
+    before = gm(*args)
+    text = gm.code
+    reads = symbolic_inputs_as_sizes(gm)
+    [(size, symbol, user)] = reads.replaced
+    assert size.target is torch.ops.aten.sym_size.int and symbol.op == "placeholder"
+    assert torch.equal(gm(*args)[0], before[0])
+    reads.undo(gm)
+    assert gm.code == text
+
+
+def test_ge_keeps_graphs_with_symbolic_size_lists_on_one_stream():
+    """A view whose size list holds a symbol: GE packs that list on the main stream wherever
+    the view runs, so GE mode keeps the graph on one stream and says why."""
+    def two_branches(x):
+        return x.view(x.shape[0] * 2, -1).exp().sum(), x.sin().cos().sum()
+
+    gm = aot_graph_with_symbols(two_branches, torch.randn(8, 6))
+    report = AutoStreamPass(max_streams=2, cost_table="h200").run(gm, None, mode="max-autotune")
+    assert not report.applied and "GE packs the symbolic size lists" in report.reason
+    assert not any(n.target is torch.ops.aten.sym_size.int for n in gm.graph.nodes)

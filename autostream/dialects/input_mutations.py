@@ -188,3 +188,53 @@ def output_ref_problems(gm: torch.fx.GraphModule, deps: nx.DiGraph,
                     problems.append(f"{reader} reads input {mutation.input} that {writer} may "
                                     f"write in place ({mode}), and is not ordered before it")
     return checked, problems
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeReads:
+    """The ``sym_size`` nodes :func:`symbolic_inputs_as_sizes` put in place of symbolic
+    inputs: ``(new node, symbolic input it replaced, its user)``, to undo."""
+
+    replaced: tuple[tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node], ...] = ()
+
+    def undo(self, gm: torch.fx.GraphModule) -> None:
+        for size, symbol, user in reversed(self.replaced):
+            user.replace_input_with(size, symbol)
+            gm.graph.erase_node(size)
+        if self.replaced:
+            gm.recompile()
+
+
+def symbolic_inputs_as_sizes(gm: torch.fx.GraphModule) -> SizeReads:
+    """Each use of a symbolic input (``s0``) read from a tensor input's size instead, one
+    ``sym_size`` per user, as TorchAir GE's ``_optimize_sym_input`` does after the pass
+    (``npu_fx_compiler.py:403-460``: one ``sym_size`` at the top of the graph, on the main
+    stream, that side streams would read unordered).  Placed by the planner, each runs
+    where its user runs.  Equal values: the symbol is the tensor's size by construction.
+
+    >>> reads = symbolic_inputs_as_sizes(gm)  # doctest: +SKIP
+    >>> [str(n.target) for n, _, _ in reads.replaced]  # doctest: +SKIP
+    ['aten.sym_size.int']
+
+    (``tests/test_torchair_modes.py`` runs it on a graph from ``dynamic=True``.)
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    tensors = [n for n in placeholders if isinstance(n.meta.get("val"), torch.Tensor)]
+    replaced = []
+    for symbol in placeholders:
+        value = symbol.meta.get("val")
+        if not isinstance(value, torch.SymInt) or not symbol.users:
+            continue
+        found = next(((t, i) for t in tensors for i, size in enumerate(t.meta["val"].shape)
+                      if str(size) == str(value)), None)
+        if found is None:
+            continue
+        for user in list(symbol.users):
+            with gm.graph.inserting_before(user):
+                size = gm.graph.call_function(torch.ops.aten.sym_size.int, found)
+            size.meta["val"] = value
+            user.replace_input_with(symbol, size)
+            replaced.append((size, symbol, user))
+    if replaced:
+        gm.recompile()
+    return SizeReads(tuple(replaced))

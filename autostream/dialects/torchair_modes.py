@@ -96,6 +96,35 @@ def _last_task(order: list[str] | tuple[str, ...], stream_of: dict[str, int],
     return next((n for n in reversed(order) if stream_of[n] >= 0 and task(n)), None)
 
 
+def symbolic_size_lists(gm: Any) -> list[str]:
+    """Ops taking a list that holds a symbolic size (``view(x, [s0, 4])``): GE packs such a
+    list into a ``Pack`` op labelled for the main stream wherever the op runs, which a side
+    stream's op then reads unordered; GE mode keeps these graphs on one stream.
+
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda x: x.view(x.shape[0] * 2, -1), tracing_mode="symbolic")(
+    ...     torch.ones(4, 6))
+    >>> symbolic_size_lists(gm)
+    ['view']
+    """
+    def symbolic(value: Any) -> bool:
+        return isinstance(value, torch.fx.Node) and isinstance(
+            value.meta.get("val"), (torch.SymInt, torch.SymFloat))
+
+    return [n.name for n in gm.graph.nodes if n.op == "call_function" and any(
+        isinstance(a, (list, tuple)) and any(symbolic(v) for v in a) for a in n.args)]
+
+
+def _is_symbolic(graph: nx.DiGraph, name: str) -> bool:
+    """A size op (``sym_size``, SymInt arithmetic): no stream task for the planner, but with
+    symbolic shapes GE emits ops for it (``Shape``, ``Gather``) where it is converted, which
+    its consumer on another stream would read unordered; it runs on its first consumer's
+    stream."""
+    node = graph.nodes[name].get("fx")
+    val = node.meta.get("val") if node is not None else None
+    return isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
 def _is_factory(graph: nx.DiGraph, name: str) -> bool:
     """An op with no tensor input (``scalar_tensor``, ``zeros``, ``full`` ...): GE may lower
     it to a ``Const`` alone, which is no task on a stream, so a record right after it
@@ -173,8 +202,9 @@ def ge_view_sources(name: str, schedule: Schedule, deps: nx.DiGraph) -> list[str
 
 def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
     """``schedule`` with each view op whose first consumer is on another side stream, and
-    each op without tensor inputs (:func:`_is_factory`) whose first consumer is on another
-    stream, moved onto that stream right before it, the last launched task on the main
+    each op without tensor inputs (:func:`_is_factory`), size op (:func:`_is_symbolic`) or
+    view of a graph input whose first consumer is on another stream, moved onto that
+    stream right before it, the last launched task on the main
     stream, and input ``copy_`` ops (which GE removes) launched after it on the main
     stream.  GE defers a main-stream lazy view to its first consumer, unlabelled; an
     ``expand`` to the same shape or a full ``slice`` emits no GE op
@@ -226,8 +256,8 @@ def ge_safe_schedule(schedule: Schedule, deps: nx.DiGraph) -> Schedule:
                 continue
             stream = stream_of[side[0]]
         elif stream < 0 or stream == stream_of[name] \
-                or not (_is_factory(deps, name) or (view and stream > 0)
-                        or (view and deps.in_degree(name) == 0)):
+                or not (_is_factory(deps, name) or _is_symbolic(deps, name)
+                        or (view and stream > 0) or (view and deps.in_degree(name) == 0)):
             # a view of an input (a weight) has no producer: it follows its first consumer
             continue
         # in a side scope GE converts a view where it stands (labelled, a real op that a
