@@ -109,10 +109,11 @@ EXPERIMENTS = (
                "whether outputs equal eager's bit for bit.",
                ("--runs", "5", "--warmup", "1")),
     Experiment("torchair_conformance.py", "TorchAir 2.14 conformance",
-               "Rewritten graphs through TorchAir 2.14's own Python lowering (ACL graph and "
-               "GE, natives stubbed): dependences the final program leaves uncovered (the "
-               "target is 0), scopes, syncs and the predicted speed-up against the plan made "
-               "for CUDA events."),
+               "Models compiled through TorchAir 2.14's own backends (get_npu_backend, "
+               "npugraph_ex; natives stubbed), forward and backward, input mutations kept, "
+               "static and dynamic=True: what the final program leaves uncovered (the target "
+               "is 0), what was checked, results against the model compiled without the "
+               "pass, and the predicted speed-up."),
     Experiment("experts.py", "Meet the experts: hand-placed streams (predicted)",
                "vLLM-Ascend's, vLLM's and SGLang's hand placements in MoE and MLA layers, "
                "rebuilt op by op: races the checker finds, predicted time of one stream, the "
@@ -122,6 +123,9 @@ EXPERIMENTS = (
     Experiment("memory.py", "Peak memory: predicted, measured, budgeted",
                "Predicted against measured peak memory of multi-stream plans (CPU threads "
                "runtime), and what the memory budget keeps of the fan-out model's speed-up."),
+    Experiment("cuda_runs.py", "Measured on a lent GPU",
+               "The CUDA experiments' outputs kept from lent GPUs (experiments/cuda_runs/): "
+               "the streams runtime and Inductor against eager, measured there."),
     Experiment("inductor_streams.py", "Streams inside Inductor",
                "Eager, single-stream Inductor and Inductor with AutoStreamPass(inductor_streams"
                "=True) on a two-branch model, the zoo MoE and a Qwen3-MoE decode step (bf16, "
