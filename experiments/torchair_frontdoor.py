@@ -82,6 +82,58 @@ def _phase(gm: torch.fx.GraphModule) -> str:
 
 
 @contextlib.contextmanager
+def ge_origins(origin: dict[str, str]) -> Iterator[None]:
+    """While active, ``origin`` maps each GE op TorchAir emits to the FX node whose
+    conversion emitted it."""
+    from torchair._ge_concrete_graph.fx2ge_converter import GeConcreteGraph
+
+    original = GeConcreteGraph.converter_context
+
+    @contextlib.contextmanager
+    def recording_context(self, *, node):
+        before = len(self._graph.op)
+        with original(self, node=node):
+            yield
+        for op in list(self._graph.op)[before:]:
+            origin.setdefault(op.name, node.name)
+
+    GeConcreteGraph.converter_context = recording_context
+    try:
+        yield
+    finally:
+        GeConcreteGraph.converter_context = original
+
+
+def _lowered(concrete: Any, mode: str, origin: dict[str, str]) -> Lowered:
+    if mode == "max-autotune":
+        return Lowered(mode, concrete.fx_graph, ge_ops=list(concrete._graph.op),
+                       ge_origin=dict(origin),
+                       output_ref=dict(concrete._graph_output_ref_input or {}))
+    return Lowered(mode, concrete.fx_graph, acl_gm=concrete.fx_graph,
+                   acl_code=getattr(concrete, "fx_forward", ""))
+
+
+def lower_as_it_stands(gm: torch.fx.GraphModule, args: list, mode: str) -> Lowered:
+    """TorchAir's compiler on a graph as it stands (a hand-placed graph: no AOTAutograd, no
+    pass), up to the program it would run."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torchair._utils.graph_transform_observer import GraphTransformObserver
+    from torchair.configs.compiler_config import CompilerConfig
+    from torchair.npu_fx_compiler import _NpuFxCompiler
+
+    config = CompilerConfig()
+    config.mode = mode
+    install_standin_converters(gm)
+    origin: dict[str, str] = {}
+    fake_mode = FakeTensorMode()
+    fake = [fake_mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    with ge_origins(origin), fake_mode:
+        concrete = _NpuFxCompiler(config)._gen_compiled_gm(
+            gm, fake, GraphTransformObserver(gm, fake, config))
+    return _lowered(concrete, mode, origin)
+
+
+@contextlib.contextmanager
 def _keeping_programs(package: Any, mode: str, recording: _Recording,
                       out: list[Compiled]) -> Iterator[None]:
     """Patch ``_NpuFxCompiler._gen_compiled_gm`` of ``package`` (TorchAir or npugraph_ex):
@@ -89,19 +141,7 @@ def _keeping_programs(package: Any, mode: str, recording: _Recording,
     compiler_cls = package.npu_fx_compiler._NpuFxCompiler
     original = compiler_cls._gen_compiled_gm
     ge = mode == "max-autotune"
-    if ge:
-        from torchair._ge_concrete_graph.fx2ge_converter import GeConcreteGraph
-
-        original_context = GeConcreteGraph.converter_context
     origin: dict[str, str] = {}
-
-    @contextlib.contextmanager
-    def recording_context(self, *, node):
-        before = len(self._graph.op)
-        with original_context(self, node=node):
-            yield
-        for op in list(self._graph.op)[before:]:
-            origin.setdefault(op.name, node.name)
 
     def generate(self, gm, example_inputs, observer):
         if ge:
@@ -109,26 +149,17 @@ def _keeping_programs(package: Any, mode: str, recording: _Recording,
         origin.clear()
         concrete = original(self, gm, example_inputs, observer)
         before, after, report = recording.seen[-1]
-        if ge:
-            lowered = Lowered(mode, concrete.fx_graph, ge_ops=list(concrete._graph.op),
-                              ge_origin=dict(origin),
-                              output_ref=dict(concrete._graph_output_ref_input or {}))
-        else:
-            lowered = Lowered(mode, concrete.fx_graph, acl_gm=concrete.fx_graph,
-                              acl_code=getattr(concrete, "fx_forward", ""))
-        out.append(Compiled(_phase(gm), lowered, before, after, report))
+        out.append(Compiled(_phase(gm), _lowered(concrete, mode, origin), before, after,
+                            report))
         after.recompile()
         return after
 
     compiler_cls._gen_compiled_gm = generate
-    if ge:
-        GeConcreteGraph.converter_context = recording_context
     try:
-        yield
+        with ge_origins(origin) if ge else contextlib.nullcontext():
+            yield
     finally:
         compiler_cls._gen_compiled_gm = original
-        if ge:
-            GeConcreteGraph.converter_context = original_context
 
 
 def backend(mode: str, custom_pass: Any, entry: str = "get_npu_backend"

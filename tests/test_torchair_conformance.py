@@ -352,47 +352,11 @@ def test_dynamic_shapes_keep_the_plan_correct_at_every_length(torchair_cache, mo
 
 
 EXPERTS = """
-import contextlib, json, torch
-from experiments.torchair_real import Lowered, install_standin_converters, torchair_or_reason
+import json
+from experiments.torchair_real import torchair_or_reason
 torchair_or_reason()
 from experiments.torchair_conformance import findings
-
-def lower(gm, args, mode):
-    # TorchAir's compiler on a graph as it stands (hand-placed: no AOT, no pass), up to
-    # the program it would run
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torchair._ge_concrete_graph.fx2ge_converter import GeConcreteGraph
-    from torchair._utils.graph_transform_observer import GraphTransformObserver
-    from torchair.configs.compiler_config import CompilerConfig
-    from torchair.npu_fx_compiler import _NpuFxCompiler
-    config = CompilerConfig()
-    config.mode = mode
-    install_standin_converters(gm)
-    origin = {}
-    original = GeConcreteGraph.converter_context
-
-    @contextlib.contextmanager
-    def recording(self, *, node):
-        before = len(self._graph.op)
-        with original(self, node=node):
-            yield
-        for op in list(self._graph.op)[before:]:
-            origin.setdefault(op.name, node.name)
-
-    fake_mode = FakeTensorMode()
-    fake = [fake_mode.from_tensor(a) for a in args]
-    GeConcreteGraph.converter_context = recording
-    try:
-        with fake_mode:
-            concrete = _NpuFxCompiler(config)._gen_compiled_gm(
-                gm, fake, GraphTransformObserver(gm, fake, config))
-    finally:
-        GeConcreteGraph.converter_context = original
-    if mode == "max-autotune":
-        return Lowered(mode, concrete.fx_graph, ge_ops=list(concrete._graph.op),
-                       ge_origin=origin,
-                       output_ref=dict(concrete._graph_output_ref_input or {}))
-    return Lowered(mode, concrete.fx_graph, acl_gm=concrete.fx_graph)
+from experiments.torchair_frontdoor import lower_as_it_stands as lower
 
 from autostream.models.experts import RECIPES, build
 from autostream.planning.check import check
