@@ -99,7 +99,7 @@ def test_ge_join_wait_survives_only_when_the_pass_sees_the_mode(torchair_cache):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
-@pytest.mark.parametrize("model", ["inception", "running_stats", "llama"])
+@pytest.mark.parametrize("model", ["inception", "parallel", "llama"])
 def test_programs_are_covered(torchair_cache, model, mode):
     cases = run_case(torchair_cache, model, 4, "h200", mode)
     assert all(c["applied"] for c in cases)
