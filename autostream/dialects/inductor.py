@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx
 
+from autostream.dialects.rewrite import inputs_first
 from autostream.scheduling.schedule import JOIN, Schedule, Sync
 from autostream.scheduling.sync import group_waits
 
@@ -211,12 +212,7 @@ def rewrite_for_inductor(gm: torch.fx.GraphModule, schedule: Schedule, syncs: Se
     tag = {s: (None if s == 0 else stream_index[s]) for s in streams}
     waits_for = group_waits(syncs)
 
-    front = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
-    output = next(n for n in graph.nodes if n.op == "output")
-    cursor = graph._root
-    for node in front:
-        cursor.append(node)
-        cursor = node
+    output, cursor = inputs_first(graph)
 
     pos: dict[str, int] = {}
     # covered[s][t]: the last launch position on stream t that stream s has waited for

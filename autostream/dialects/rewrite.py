@@ -63,6 +63,18 @@ def _fake_token(gm: torch.fx.GraphModule) -> torch.Tensor | None:
     return None
 
 
+def inputs_first(graph: torch.fx.Graph) -> tuple[torch.fx.Node, torch.fx.Node]:
+    """Move placeholders and ``get_attr`` nodes to the front of ``graph``; returns its output
+    node and the last of them (where ops are then laid out in launch order)."""
+    front = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
+    output = next(n for n in graph.nodes if n.op == "output")
+    cursor = graph._root
+    for node in front:
+        cursor.append(node)
+        cursor = node
+    return output, cursor
+
+
 def rewrite_graph(
     gm: torch.fx.GraphModule,
     schedule: Schedule,
@@ -93,12 +105,7 @@ def rewrite_graph(
     inserted: list[torch.fx.Node] = []
     tokens: dict[str, torch.fx.Node] = {}
 
-    front = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
-    output = next(n for n in graph.nodes if n.op == "output")
-    cursor = graph._root
-    for node in front:
-        cursor.append(node)
-        cursor = node
+    output, cursor = inputs_first(graph)
 
     def emit(target, args=()) -> torch.fx.Node:
         nonlocal cursor
