@@ -1,0 +1,188 @@
+"""A fake accelerator for CPU tests of graph capture: streams, events and graphs that log
+every call, with the semantics that matter to a captured runtime.
+
+- ``FakeStreams`` implements ``autostream.runtime.streams.StreamAPI``: streams and
+  events are plain objects named ``s0``, ``s1``..., ``e0``...; every call is logged.
+- ``FakeGraphs`` implements ``autostream.runtime.graph_api.GraphAPI``. ``capture`` runs
+  the body once on the CPU (to get the static outputs) and then overwrites every floating
+  output with NaN and every integer one with -1, as a real capture computes nothing:
+  a runner that reads outputs without replaying sees garbage.  ``replay`` runs the body
+  again on the same static inputs and copies its results into the static outputs.
+  ``refuse`` makes ``capture`` raise, as torch does for an op that cannot be captured.
+
+Limits: the body's in-place writes to tensors outside the graph's own buffers (a
+parameter, a running statistic) happen at capture too, which a real capture never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+
+@dataclass(eq=False)
+class FakeStream:
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(eq=False)
+class FakeEvent:
+    name: str
+    recorded_on: FakeStream | None = None
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass
+class FakeLog:
+    """Every call, in order: ``(verb, *names)``."""
+
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+
+    def add(self, *entry: Any) -> None:
+        self.calls.append(tuple(str(x) for x in entry))
+
+    def verbs(self) -> list[str]:
+        return [c[0] for c in self.calls]
+
+
+class FakeStreams:
+    """The stream API of one fake device."""
+
+    def __init__(self, log: FakeLog | None = None):
+        self.log = log or FakeLog()
+        self.default = FakeStream("s0")
+        self.current = self.default
+        self._streams = 1
+        self._events = 0
+
+    def current_stream(self) -> FakeStream:
+        return self.current
+
+    def new_stream(self) -> FakeStream:
+        s = FakeStream(f"s{self._streams}")
+        self._streams += 1
+        return s
+
+    def new_event(self) -> FakeEvent:
+        e = FakeEvent(f"e{self._events}")
+        self._events += 1
+        return e
+
+    def set_stream(self, stream: FakeStream) -> None:
+        self.current = stream
+        self.log.add("set_stream", stream)
+
+    def record(self, event: FakeEvent, stream: FakeStream) -> None:
+        event.recorded_on = stream
+        self.log.add("record", event, stream)
+
+    def wait_event(self, stream: FakeStream, event: FakeEvent) -> None:
+        if event.recorded_on is None:
+            raise RuntimeError(f"wait on {event}, never recorded")
+        self.log.add("wait_event", stream, event)
+
+    def wait_stream(self, stream: FakeStream, other: FakeStream) -> None:
+        self.log.add("wait_stream", stream, other)
+
+    # allocator statistics (``record_memory``): nothing to count on the CPU
+    def memory_allocated(self) -> int:
+        return 0
+
+    def max_memory_allocated(self) -> int:
+        return 0
+
+    def reset_peak_memory_stats(self) -> None:
+        pass
+
+
+@dataclass(eq=False)
+class FakeGraph:
+    name: str
+    body: Callable[[], Any] | None = None
+    outputs: Any = None
+    replays: int = 0
+
+
+def _garbage(t: torch.Tensor) -> None:
+    if t.is_floating_point() or t.is_complex():
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    else:
+        t.fill_(-1)
+
+
+class FakeGraphs:
+    """The graph API of one fake device (shares the streams' log)."""
+
+    def __init__(self, streams: FakeStreams, refuse: str | None = None):
+        self.streams = streams
+        self.log = streams.log
+        self.refuse = refuse
+        self.graphs: list[FakeGraph] = []
+        self.captures = 0
+        self._pools = 0
+
+    def new_graph(self) -> FakeGraph:
+        g = FakeGraph(f"g{len(self.graphs)}")
+        self.graphs.append(g)
+        return g
+
+    def new_stream(self) -> FakeStream:
+        return self.streams.new_stream()
+
+    def new_pool(self) -> str:
+        self._pools += 1
+        return f"pool{self._pools}"
+
+    def capture(self, graph: FakeGraph, body: Callable[[], Any], stream: FakeStream,
+                pool: Any) -> Any:
+        before = self.streams.current
+        self.streams.current = stream
+        self.log.add("begin", graph.name, stream)
+        try:
+            if self.refuse:
+                raise RuntimeError(self.refuse)
+            out = body()
+            if self.streams.current is not stream:
+                raise RuntimeError(f"capture ended on {self.streams.current}, not on its "
+                                   f"capture stream {stream}")
+        finally:
+            self.log.add("end", graph.name)
+            self.streams.current = before
+        self.captures += 1
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                _garbage(t)
+        graph.body, graph.outputs = body, out
+        return out
+
+    def replay(self, graph: FakeGraph) -> None:
+        if graph.body is None:
+            raise RuntimeError(f"replay of {graph.name}, never captured")
+        self.log.add("replay", graph.name)
+        graph.replays += 1
+        before = self.streams.current
+        fresh = graph.body()
+        self.streams.current = before
+        for static, value in zip(tree_leaves(graph.outputs), tree_leaves(fresh), strict=True):
+            if isinstance(static, torch.Tensor) and static is not value:
+                static.copy_(value)
+
+    def synchronize(self) -> None:
+        self.log.add("synchronize")
+
+
+def fake_device(refuse: str | None = None) -> tuple[FakeStreams, FakeGraphs]:
+    """A fake device's stream and graph APIs, sharing one log."""
+    streams = FakeStreams()
+    return streams, FakeGraphs(streams, refuse)
