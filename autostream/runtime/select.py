@@ -1,4 +1,5 @@
-"""Choosing and building a runtime: ``make_runner(gm, "auto" | "threads" | "streams" | "sequential")``."""
+"""Choosing and building a runtime: ``make_runner(gm, "auto" | "threads" | "streams" | "graph" |
+"sequential")``."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ from typing import Any
 import torch
 import torch.fx
 
+from autostream.runtime.graph_api import TorchGraphAPI
+from autostream.runtime.graphed import GraphRunner
 from autostream.runtime.program import parse_program
 from autostream.runtime.sanitizer import SanitizerConfig, sanitize_from_env
 from autostream.runtime.sequential import SequentialRunner
 from autostream.runtime.streams import StreamsRunner, input_device
 from autostream.runtime.threads import ThreadsRunner
 
-RUNTIMES = ("auto", "threads", "streams", "sequential")
+RUNTIMES = ("auto", "threads", "streams", "graph", "sequential")
+#: runtimes that run device streams (accelerator inputs only)
+DEVICE_RUNTIMES = ("streams", "graph")
 
 
 def check_runtime_name(kind: str) -> str:
@@ -37,15 +42,16 @@ def check_runtime_device(kind: str, device_type: str) -> str:
     ...
     ValueError: runtime='streams' runs device streams, but the graph's inputs are on cpu; use runtime='threads' on CPU, or 'auto' (streams on accelerators, threads on CPU)
     """
-    if kind == "streams" and device_type in ("cpu", "meta"):
-        raise ValueError(f"runtime='streams' runs device streams, but the graph's inputs are "
+    if kind in DEVICE_RUNTIMES and device_type in ("cpu", "meta"):
+        raise ValueError(f"runtime={kind!r} runs device streams, but the graph's inputs are "
                          f"on {device_type}; use runtime='threads' on CPU, or 'auto' (streams "
                          f"on accelerators, threads on CPU)")
     return kind
 
 
 def select_runtime(kind: str, example_inputs: Sequence[Any]) -> str:
-    """The concrete runtime for ``kind``: ``"auto"`` -> streams on accelerators, threads on CPU.
+    """The concrete runtime for ``kind``: ``"auto"`` -> threads on CPU; on an accelerator,
+    ``graph`` where its device module captures graphs (CUDA, NPU), else ``streams``.
 
     >>> select_runtime("auto", [torch.zeros(2)])
     'threads'
@@ -56,7 +62,9 @@ def select_runtime(kind: str, example_inputs: Sequence[Any]) -> str:
     if kind != "auto":
         return kind
     device = input_device(tuple(example_inputs))
-    return "threads" if device.type in ("cpu", "meta") else "streams"
+    if device.type in ("cpu", "meta"):
+        return "threads"
+    return "graph" if TorchGraphAPI.graph_class_name(device) is not None else "streams"
 
 
 class AutoRunner:
@@ -90,7 +98,8 @@ def make_runner(gm: torch.fx.GraphModule, runtime: str = "auto",
     race sanitizer of the threads runtime; ``deterministic`` gives every op of the
     threads runtime eager's intra-op thread count (the other runtimes run every op on
     the calling thread already); ``options`` go to the runner
-    (``wait_timeout_s``, ``intra_op_threads`` for threads; ``api`` for streams).
+    (``wait_timeout_s``, ``intra_op_threads`` for threads; ``api`` for streams; ``api``,
+    ``graph_api``, ``outputs`` and ``max_graphs`` for graph).
 
     >>> import torch, torch.fx
     >>> gm = torch.fx.symbolic_trace(lambda x: x + 1)
@@ -100,7 +109,7 @@ def make_runner(gm: torch.fx.GraphModule, runtime: str = "auto",
     check_runtime_name(runtime)
     program = parse_program(gm)
     asked = sanitize is not False and sanitize is not None
-    if asked and runtime in ("streams", "sequential"):
+    if asked and runtime in (*DEVICE_RUNTIMES, "sequential"):
         raise ValueError(
             f"the race sanitizer runs in the threads runtime, not {runtime!r}; use "
             f"runtime='threads' (or 'auto' on CPU inputs)"
@@ -117,6 +126,11 @@ def make_runner(gm: torch.fx.GraphModule, runtime: str = "auto",
         if asked:
             raise ValueError("the race sanitizer needs CPU inputs (threads runtime); got "
                              "accelerator inputs")
+        if kind == "graph":
+            graph_options = dict(options)
+            if "api" in graph_options:
+                graph_options["stream_api"] = graph_options.pop("api")
+            return GraphRunner(gm, program, **graph_options)
         return StreamsRunner(gm, program, **options)
 
     return AutoRunner(build) if runtime == "auto" else build(runtime)

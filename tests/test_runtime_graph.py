@@ -1,0 +1,305 @@
+"""The graph runtime: its capture sequence (a pure function of the plan, checked with
+vector clocks, negative controls included), and the runner's contract (static inputs,
+fresh outputs, written inputs, the shape cache, refusals) on a fake device."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from autostream.dialects.rewrite import rewrite_graph
+from autostream.fx.capture import capture
+from autostream.models.zoo import moe_model, parallel_block
+from autostream.planning.plan import PlanOptions, plan_graph
+from autostream.runtime import make_runner, parse_program
+from autostream.runtime.capturable import graph_refusal
+from autostream.runtime.capture_plan import CaptureStep, capture_steps, check_capture
+from autostream.runtime.graphed import GraphRunner
+from autostream.runtime.sequential import SequentialRunner
+from tests.fake_device import fake_device
+from tests.helpers import UniformCosts, as_tuple
+
+
+def planned(factory, streams: int = 2):
+    """A zoo model's post-AOT graph, rewritten with a multi-stream plan, and its arguments."""
+    model, inputs = factory()
+    [c] = capture(model, inputs)
+    plan = plan_graph(c.gm, PlanOptions(max_streams=streams, solver="heft"), UniformCosts())
+    assert plan.schedule.streams_used > 1
+    rewrite_graph(c.gm, plan.schedule, plan.syncs)
+    return c.gm, c.args
+
+
+@pytest.fixture(autouse=True)
+def inference():
+    """Graphs are captured for inference (parameters require grad)."""
+    with torch.no_grad():
+        yield
+
+
+def fake_runner(gm, refuse=None, **options):
+    streams, graphs = fake_device(refuse)
+    runner = GraphRunner(gm, graph_api=lambda d: graphs, stream_api=lambda d: streams,
+                         **options)
+    return runner, streams, graphs
+
+
+# -- the capture sequence ----------------------------------------------------------------
+
+@pytest.mark.parametrize("factory", [moe_model, parallel_block])
+def test_the_capture_sequence_of_a_plan_is_ordered_joined_and_releases_safely(factory):
+    gm, _ = planned(factory, streams=3)
+    program = parse_program(gm)
+    steps = capture_steps(program)
+    check = check_capture(steps, program)
+    assert check.ok, check.summary()
+    # it saw something: cross-stream reads, and releases of storages read across streams
+    assert check.cross_reads > 0 and check.cross_releases > 0
+    assert check.joins == len(program.side_streams) > 0 and check.outputs > 0
+    verbs = [s.verb for s in steps]
+    assert verbs[0] == "begin" and verbs[-1] == "end"
+    first_op = {k: next(i for i, s in enumerate(steps) if s.stream == k and s.verb == "op")
+                for k in program.side_streams}
+    for k in program.side_streams:
+        assert verbs.index("begin") < steps.index(CaptureStep("fork", k)) < first_op[k]
+        last = max(i for i, s in enumerate(steps) if s.stream == k and s.verb != "join")
+        assert last < steps.index(CaptureStep("join", k)) < len(steps) - 1
+
+
+def test_the_capture_sequence_is_a_pure_function_of_the_plan():
+    a = [str(s) for s in capture_steps(parse_program(planned(moe_model)[0]))]
+    b = [str(s) for s in capture_steps(parse_program(planned(moe_model)[0]))]
+    assert a == b and len(a) > 10
+
+
+def test_a_dropped_join_is_caught():
+    program = parse_program(planned(moe_model)[0])
+    steps = [s for s in capture_steps(program) if s.verb != "join"]
+    problems = check_capture(steps, program).problems
+    assert problems == ["stream 1 is not joined before the capture ends"]
+
+
+def test_a_fork_before_the_capture_begins_is_caught():
+    program = parse_program(planned(moe_model)[0])
+    steps = list(capture_steps(program))
+    fork = steps.pop(1)
+    steps.insert(0, fork)
+    problems = check_capture(steps, program).problems
+    assert any("runs outside the capture" in p for p in problems)
+
+
+def test_an_early_release_is_caught():
+    program = parse_program(planned(moe_model, streams=3)[0])
+    steps = list(capture_steps(program))
+    check = check_capture(steps, program)
+    assert check.ok and check.cross_releases > 0
+    # move a release of a matmul's result read on another stream right after the matmul
+    def read_across(v):
+        return v.target == torch.ops.aten.mm.default and any(
+            program.stream_of.get(u, 0) != program.stream_of[v] for u in v.users)
+
+    i = next(i for i, s in enumerate(steps) if s.verb == "release"
+             and any(read_across(v) for v in s.values))
+    release = steps.pop(i)
+    producer = max(j for j, s in enumerate(steps[:i]) if s.verb == "op"
+                   and s.step.node in release.values and read_across(s.step.node))
+    steps.insert(producer + 1, release)
+    problems = check_capture(steps, program).problems
+    assert any("released before" in p for p in problems), problems
+
+
+def test_a_dropped_wait_is_caught():
+    program = parse_program(planned(parallel_block)[0])
+    steps = list(capture_steps(program))
+    waits = [i for i, s in enumerate(steps) if s.verb == "wait" and s.stream != 0]
+    assert waits
+    del steps[waits[0]]
+    problems = check_capture(steps, program).problems
+    assert any("with no wait ordering it after the write" in p for p in problems), problems
+
+
+def test_the_fake_device_sees_the_capture_the_sequence_describes():
+    gm, args = planned(moe_model)
+    runner, streams, graphs = fake_runner(gm, warmup=1)
+    runner(*args)
+    calls = streams.log.calls
+    begin = next(i for i, c in enumerate(calls) if c[0] == "begin")
+    end = next(i for i, c in enumerate(calls) if c[0] == "end")
+    capture_stream = calls[begin][2]
+    inside = calls[begin + 1:end]
+    sides = {c[1] for c in inside if c[0] == "set_stream"} - {capture_stream}
+    assert sides
+    for side in sides:
+        forked = next(i for i, c in enumerate(inside) if c[0] == "wait_event" and c[1] == side)
+        recorded = inside[forked][2]
+        on = next(c[2] for c in inside[:forked] if c[0] == "record" and c[1] == recorded)
+        assert on == capture_stream  # forked from the capture stream, after begin
+        assert forked < next(i for i, c in enumerate(inside) if c == ("set_stream", side))
+        joined = [i for i, c in enumerate(inside) if c == ("wait_stream", capture_stream, side)]
+        uses = [i for i, c in enumerate(inside) if side in c[1:] and c[0] != "wait_stream"]
+        assert joined and joined[-1] > max(uses)
+    assert inside[-1][0] != "set_stream" or inside[-1][1] == capture_stream
+
+
+# -- the runner's contract -----------------------------------------------------------------
+
+@pytest.mark.parametrize("factory", [moe_model, parallel_block])
+def test_replays_equal_the_sequential_runtime_bit_for_bit(factory):
+    gm, args = planned(factory)
+    runner, _, graphs = fake_runner(gm)
+    want = as_tuple(SequentialRunner(gm)(*args))
+    for _ in range(3):
+        got = as_tuple(runner(*args))
+        assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    assert graphs.captures == 1 and runner.stats.replays == 3
+    assert runner.refused is None and "captured 1 graph, 3 replays" in runner.describe()
+
+
+def test_outputs_are_fresh_unless_reused_is_asked():
+    gm, args = planned(moe_model)
+    other = tuple(a + 1 if isinstance(a, torch.Tensor) and not isinstance(
+        a, torch.nn.Parameter) else a for a in args)
+    for policy in ("fresh", "reused"):
+        runner, _, _ = fake_runner(gm, outputs=policy)
+        first = as_tuple(runner(*args))[0]
+        kept = first.clone()
+        second = as_tuple(runner(*other))[0]
+        assert not torch.equal(second, kept)
+        assert torch.equal(first, kept) == (policy == "fresh")
+
+
+def test_new_inputs_are_copied_in_and_parameters_read_where_they_lie():
+    model, inputs = moe_model()
+    [c] = capture(model, inputs)
+    params = sum(isinstance(a, torch.nn.Parameter) for a in c.args)
+    runner, _, _ = fake_runner(c.gm)
+    assert c.args[0] is inputs[0]
+    args2 = (torch.randn_like(inputs[0]), *c.args[1:])
+    runner(*c.args)
+    got = as_tuple(runner(*args2))
+    assert all(torch.equal(g, w) for g, w in zip(got, as_tuple(c.gm(*args2)), strict=True))
+    assert runner.stats.by_address_inputs == params > 0
+    assert runner.stats.copied_inputs == len(c.args) - params
+    # a parameter replaced by another tensor: captured again, never a stale read
+    swapped = tuple(torch.nn.Parameter(a.detach() * 2) if isinstance(a, torch.nn.Parameter)
+                    else a for a in c.args)
+    got = as_tuple(runner(*swapped))
+    assert all(torch.equal(g, w) for g, w in zip(got, as_tuple(c.gm(*swapped)), strict=True))
+    assert runner.stats.recaptures == 1
+
+
+@pytest.mark.parametrize("trace", ["make_fx", "symbolic_trace"])
+def test_an_input_the_graph_writes_is_written_back_once_per_call(trace):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def step(cache, x):
+        cache.add_(x)
+        return cache * 2, x + 1
+
+    # make_fx: the write is in add_'s schema; symbolic_trace: no example values, so the
+    # runner copies every input and finds the write by what the warm-up changed
+    gm = (make_fx(step)(torch.zeros(3), torch.ones(3)) if trace == "make_fx"
+          else torch.fx.symbolic_trace(step))
+    runner, _, _ = fake_runner(gm)
+    mine, theirs = torch.zeros(3), torch.zeros(3)
+    for i in range(3):
+        x = torch.full((3,), float(i + 1))
+        got, want = runner(mine, x), step(theirs, x)
+        assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    assert torch.equal(mine, theirs) and torch.equal(mine, torch.full((3,), 6.0))
+
+
+def test_an_output_that_views_an_input_views_the_callers_input():
+    gm = torch.fx.symbolic_trace(lambda x, y: (x[1:], x * y))
+    runner, _, _ = fake_runner(gm)
+    x, y = torch.arange(4.0), torch.ones(4)
+    view, prod = runner(x, y)
+    assert view.data_ptr() == x[1:].data_ptr() and torch.equal(prod, x)
+    x2 = torch.arange(4.0) + 10
+    view2, _ = runner(x2, y)
+    assert view2.data_ptr() == x2[1:].data_ptr() and torch.equal(view, x[1:])
+
+
+def test_shapes_beyond_the_cache_run_uncaptured_and_are_counted():
+    gm = torch.fx.symbolic_trace(lambda x: (x * 2).sum(0))
+    runner, _, graphs = fake_runner(gm, max_graphs=1)
+    for n in (2, 3, 2):
+        assert torch.equal(runner(torch.ones(n, 2)), torch.full((2,), 2.0 * n))
+    assert graphs.captures == 1 and runner.stats.shapes_over_cache == 1
+    assert "1 calls uncaptured (1 over the cache of 1 shapes)" in runner.describe()
+
+
+def test_what_torch_refuses_to_capture_runs_uncaptured_and_says_why():
+    gm, args = planned(moe_model)
+    runner, streams, _ = fake_runner(gm, refuse="operation not permitted when stream is capturing")
+    streams_runner_out = as_tuple(SequentialRunner(gm)(*args))
+    # the fallback is the streams runtime, here on the fake device's streams
+    got = as_tuple(runner(*args))
+    assert all(torch.equal(g, w) for g, w in zip(got, streams_runner_out, strict=True))
+    assert "capture failed (RuntimeError: operation not permitted" in runner.refused
+    assert runner.describe().startswith("not captured: capture failed")
+
+
+def test_a_host_sync_is_refused_before_any_capture():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(lambda x: x.nonzero().sum() + x.sum(), tracing_mode="symbolic")(torch.ones(3))
+    runner, streams, graphs = fake_runner(gm)
+    assert torch.equal(runner(torch.tensor([0.0, 2.0, 0.0])), torch.tensor(3.0))
+    assert graphs.captures == 0 and "nonzero" in runner.refused
+    assert "output size depends on data" in graph_refusal(gm.graph, "cuda")
+
+
+def test_autograd_inputs_are_refused():
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    runner, _, graphs = fake_runner(gm)
+    x = torch.ones(2, requires_grad=True)
+    with torch.enable_grad():
+        assert runner(x).requires_grad
+    assert graphs.captures == 0 and "requires grad" in runner.refused
+
+
+def test_the_graph_runtime_needs_accelerator_inputs_and_names_the_fix():
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    with pytest.raises(ValueError, match="'streams' runtime needs accelerator tensors"):
+        make_runner(gm, "graph")(torch.ones(2))  # refused, then the streams fallback says so
+    from autostream.runtime.select import check_runtime_device
+
+    with pytest.raises(ValueError, match="runtime='graph' runs device streams, but the graph's "
+                                         "inputs are on cpu; use runtime='threads'"):
+        check_runtime_device("graph", "cpu")
+
+
+def test_bad_options_name_the_fix():
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    with pytest.raises(ValueError, match="outputs must be one of fresh, reused"):
+        GraphRunner(gm, outputs="static")
+    with pytest.raises(ValueError, match="max_graphs must be an integer >= 1"):
+        GraphRunner(gm, max_graphs=0)
+
+
+def test_a_bad_capture_sequence_never_reaches_the_device():
+    gm, _ = planned(moe_model)
+    program = parse_program(gm)
+    bad = dataclasses.replace(program, steps=tuple(s for s in program.steps
+                                                   if s.kind != "wait"))
+    from autostream.runtime.program import ProgramError
+
+    with pytest.raises(ProgramError, match="with no wait ordering it after the write"):
+        GraphRunner(gm, bad)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_real_gpu_the_plan_replays_equal_to_one_stream():  # pragma: no cover - GPU only
+    gm, args = planned(moe_model)
+    gm = gm.cuda()
+    args = tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in args)
+    runner = make_runner(gm, "graph")
+    want = as_tuple(SequentialRunner(gm)(*args))
+    with torch.no_grad():
+        for _ in range(3):
+            got = as_tuple(runner(*args))
+    assert runner.refused is None, runner.refused
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
