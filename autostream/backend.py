@@ -17,13 +17,17 @@ from torch._functorch.aot_autograd import make_boxed_func
 from autostream.comm import has_communication
 from autostream.comm.reinplace import reinplace_all_reduces
 from autostream.cost.label import table_mismatch
+from autostream.cost.runtime_target import for_runtime
 from autostream.fx.call_effects import EffectsUnknown, aot_mutated_inputs
+from autostream.memory.fit import RuntimeCosts
 from autostream.passes import AutoStreamPass, Outcome, PassReport, graph_device, strict
 from autostream.planning.lift import LiftedPlan, LiftError, lift_plan
 from autostream.planning.plan import Plan
 from autostream.report.latest import announce, tell
 from autostream.report.summary import outcome_text, plan_lines
+from autostream.runtime.capturable import capture_refusal
 from autostream.runtime.choice import MeasuredChoice
+from autostream.runtime.graphed import OUTPUT_POLICIES
 from autostream.runtime.sanitizer import SanitizerConfig
 from autostream.runtime.select import (
     check_runtime_device,
@@ -52,12 +56,20 @@ class _Lazy:
 
 
 def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
-            fallback: str = "eager", deterministic: bool = False, **options: Any) -> Callable:
+            fallback: str = "eager", deterministic: bool = False,
+            graph_outputs: str = "fresh", **options: Any) -> Callable:
     """A ``torch.compile`` backend that plans streams and runs the rewritten graph.
 
-    ``runtime`` is ``"auto"`` (CUDA/NPU streams for accelerator inputs, threads on
-    CPU), ``"threads"``, ``"streams"`` or ``"sequential"``; ``sanitize`` turns on the
-    threads runtime's race sanitizer.  ``measure`` (default 5): for an applied plan,
+    ``runtime`` is ``"auto"`` (on CUDA and NPU the plan captured into a device graph
+    where the graph can be captured, else device streams; threads on CPU), ``"graph"``,
+    ``"threads"``, ``"streams"`` or ``"sequential"``; ``sanitize`` turns on the
+    threads runtime's race sanitizer.  On the graph runtime (``runtime.graphed``) the
+    single-stream candidate is Dynamo's graph captured the same way (the *one-stream
+    graph*): a plan is kept only when it beats that, never merely eager; a graph that
+    cannot be captured (host syncs, collectives, autograd: ``runtime.capturable``) runs
+    on device streams, and the report says why.  ``graph_outputs``: ``"fresh"`` (new
+    tensors each call) or ``"reused"`` (the graph's own, overwritten by the next call).
+    ``measure`` (default 5): for an applied plan,
     the first calls time the multi-stream plan and Dynamo's eager graph in ``measure``
     interleaved rounds (a warm-up and a timed call each per round: ``2 * measure``
     calls per candidate), and every later call uses the plan only if it measured at
@@ -104,32 +116,45 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     torch.Size([2, 4])
     """
     _check_options(runtime, sanitize, measure, fallback, deterministic, options)
+    if graph_outputs not in OUTPUT_POLICIES:
+        raise ValueError(f"graph_outputs must be one of {', '.join(OUTPUT_POLICIES)}, got "
+                         f"{graph_outputs!r}: 'fresh' returns new tensors each call, "
+                         f"'reused' the graph's own (overwritten by the next call)")
     stream_pass = AutoStreamPass(**options)
     choices: deque[MeasuredChoice] = deque(maxlen=stream_pass.history)
     lifts: deque[LiftedPlan | LiftError] = deque(maxlen=stream_pass.history)
     reports: list[PassReport] = []  # the current compile's, one per AOT graph
     warned: set[str] = set()  # device types told their table was made for another kind
+    # the current compile's runtime (one graph compiles at a time) and its graph runners
+    current: dict[str, Any] = {"kind": None, "graphs": []}
 
     def runner(gm: torch.fx.GraphModule, kind: str) -> Callable[..., Any]:
+        if kind == "graph":
+            built = make_runner(gm, "graph", outputs=graph_outputs)
+            current["graphs"].append(("plan", built))
+            return built
         return make_runner(gm, kind, sanitize=sanitize, deterministic=deterministic)
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         reinplace_all_reduces(gm)
-        report = stream_pass.apply(gm, example_inputs)  # told in the backend's report
+        kind = current["kind"] or select_runtime(runtime, example_inputs)
+        report = stream_pass.apply(gm, example_inputs, runtime=kind)  # told in the report
         stream_pass.reports.append(report)
         reports.append(report)
         if not report.applied or report.plan.is_single_stream:
             return make_boxed_func(gm.forward)  # one stream (maybe reordered): runs as is
-        kind = select_runtime(runtime, example_inputs)
         return make_boxed_func(_Lazy(lambda: runner(gm, kind)))
 
     def lifted_runner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], plan
                       ) -> Callable | None:
         """The plan on Dynamo's graph, or ``None`` (then the ATen graph runs)."""
         try:
-            costs = stream_pass.cost_model_for(graph_device(gm.graph, example_inputs))
-            lifted = lift_plan(gm, plan, costs.runtime_op_us, costs.runtime_call_us,
-                               costs.runtime_segment_us, mutated_inputs=aot_mutated_inputs(gm))
+            costs = RuntimeCosts.of(for_runtime(
+                stream_pass.cost_model_for(graph_device(gm.graph, example_inputs)),
+                current["kind"]))
+            lifted = lift_plan(gm, plan, costs.op_us, costs.call_us, costs.segment_us,
+                               mutated_inputs=aot_mutated_inputs(gm), issue_us=costs.issue_us,
+                               fixed_us=costs.fixed_us)
         except (LiftError, EffectsUnknown) as exc:
             why = exc if isinstance(exc, LiftError) else LiftError(str(exc))
             lifts.append(why)  # told in the backend's report
@@ -142,9 +167,9 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             log.warning("autostream: plan kept on the ATen graph: %s", why)
             return None
         lifts.append(lifted)  # told in the backend's report
-        if lifted.streams_used <= 1:
+        if lifted.streams_used <= 1 and current["kind"] != "graph":
             return lifted.gm.forward
-        return runner(lifted.gm, select_runtime(runtime, example_inputs))
+        return runner(lifted.gm, current["kind"])
 
     aot_compile = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
 
@@ -155,6 +180,10 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         reports.clear()
         training = _needs_autograd(gm, example_inputs)
         report = BackendReport(len(gm.graph.nodes), device, training)
+        current["kind"], report.capture_refused = _runtime_for(runtime, gm, example_inputs,
+                                                               device, training)
+        current["graphs"] = report.graph_runners
+        report.runtime = current["kind"]
         compiled = aot_compile(gm, example_inputs)
         report.passes = list(reports)
         fn = choose(gm, example_inputs, compiled, report)
@@ -196,14 +225,22 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             if applied:
                 return compiled
             return _inductor(gm, example_inputs) if fallback == "inductor" else gm.forward
-        singles: dict[str, Callable] = {"eager": gm.forward}
+        singles: dict[str, Callable] = {}
+        default = fallback
+        if current["kind"] == "graph":  # the strongest single-stream baseline
+            graph1 = current["graphs"]  # the compile's list: the runner joins the report
+            singles["graph1"] = _Lazy(lambda: _appended(graph1, "one-stream graph", make_runner(
+                gm, "graph", outputs=graph_outputs)))
+            default = "graph1"
+        singles["eager"] = gm.forward
         if fallback == "inductor":
             singles["inductor"] = _inductor(gm, example_inputs)
         if not applied and (len(singles) == 1 or measure == 0):
-            report.kept, report.not_measured = fallback, "no plan to measure"
-            return singles[fallback]
-        candidates = {"streams": compiled, **singles} if applied else singles
-        choice = MeasuredChoice(candidates, trials=measure, default=fallback,
+            report.kept, report.not_measured = default, "no plan to measure"
+            return singles[default]
+        plan_name = "graph" if current["kind"] == "graph" else "streams"
+        candidates = {plan_name: compiled, **singles} if applied else singles
+        choice = MeasuredChoice(candidates, trials=measure, default=default,
                                 on_choice=lambda *_: _chosen(report))
         report.choice = choice
         choices.append(choice)
@@ -239,6 +276,11 @@ class BackendReport:
     #: what runs when nothing is measured, and why nothing is (``choice`` is then ``None``)
     kept: str = ""
     not_measured: str = ""
+    #: the runtime the graph runs on, why not the graph runtime where it was asked for,
+    #: and the graph runners built, labelled (their captures, replays and refusals)
+    runtime: str = ""
+    capture_refused: str = ""
+    graph_runners: list[tuple[str, Any]] = field(default_factory=list)
 
     @property
     def pass_report(self) -> PassReport | None:
@@ -288,8 +330,19 @@ class BackendReport:
             where = (self.lift.describe() if hasattr(self.lift, "describe")
                      else f"plan kept on the ATen graph: {self.lift}")
             lines.append(f"  {where}")
+        lines += [f"  {line}" for line in self.runtime_lines()]
         lines.append(f"  {self.measured_line()}")
         return "\n".join(lines)
+
+    def runtime_lines(self) -> list[str]:
+        """An accelerator's runtime in words: captured graphs and replays, or why nothing is
+        captured (none on the CPU: threads)."""
+        if self.runtime not in ("graph", "streams"):
+            return []
+        head = f"runtime: {self.runtime}"
+        if self.capture_refused:
+            head += f" (not captured: {self.capture_refused})"
+        return [head] + [f"  {label}: {r.describe()}" for label, r in self.graph_runners]
 
     def measured_line(self) -> str:
         """The measured choice in words (or why nothing was measured, and what runs)."""
@@ -304,9 +357,10 @@ class BackendReport:
         """
         timings = self.choice.timings if self.choice is not None else {}
         plan = self.lift if hasattr(self.lift, "single_stream_us") else self.plan
-        if "eager" not in timings or plan is None or plan.single_stream_us <= 0:
+        base = "graph1" if "graph1" in timings else "eager"
+        if base not in timings or plan is None or plan.single_stream_us <= 0:
             return None
-        predicted, measured = plan.single_stream_us, timings["eager"].median * 1e6
+        predicted, measured = plan.single_stream_us, timings[base].median * 1e6
         factor = max(predicted / measured, measured / predicted)
         text = (f"one stream predicted {predicted:.0f} us, measured {measured:.0f} us "
                 f"({predicted / measured:.2f}x)")
@@ -326,6 +380,10 @@ class BackendReport:
             out["calls_to_decision"] = self.choice.calls_to_decision
         else:
             out["kept"] = self.kept
+        if self.runtime:
+            out["runtime"] = self.runtime
+            out["capture"] = self.capture_refused or {label: r.describe()
+                                                      for label, r in self.graph_runners}
         return out
 
 
@@ -342,15 +400,33 @@ def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,
                                                 and isinstance(value, SanitizerConfig)):
             raise ValueError(f"{name} must be True or False, got {type(value).__name__} "
                              f"{value!r}")
-    if sanitize and runtime in ("streams", "sequential"):
+    if sanitize and runtime in ("streams", "graph", "sequential"):
         raise ValueError(f"sanitize=True checks the threads runtime, not runtime={runtime!r}; "
                          f"use runtime='threads' (or 'auto' on CPU inputs), or sanitize=False")
     allowed = [f.name for f in fields(AutoStreamPass) if f.init]
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ValueError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
-                         f"backend() takes runtime, sanitize, measure, fallback, deterministic "
-                         f"and the pass options {', '.join(allowed)}")
+                         f"backend() takes runtime, sanitize, measure, fallback, deterministic, "
+                         f"graph_outputs and the pass options {', '.join(allowed)}")
+
+
+def _appended(runners: list[tuple[str, Any]], label: str, runner: Any) -> Any:
+    runners.append((label, runner))
+    return runner
+
+
+def _runtime_for(runtime: str, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                 device: str, training: bool) -> tuple[str, str]:
+    """The runtime a Dynamo graph runs on, and why it is not the graph runtime where that
+    was asked for (``auto`` on an accelerator that captures graphs, or ``graph``)."""
+    kind = select_runtime(runtime, example_inputs)
+    if kind != "graph":
+        return kind, ""
+    why = ("compiled for autograd: a captured graph records no autograd (call under "
+           "torch.no_grad() to capture)" if training
+           else capture_refusal(gm, device, example_inputs))
+    return ("streams", why) if why else ("graph", "")
 
 
 def _chosen(report: BackendReport) -> None:

@@ -51,7 +51,13 @@ from autostream.dialects.verify import verify_rewrite
 from autostream.fx.graph import target_name
 from autostream.memory.budget import format_bytes
 from autostream.planning.check import HandCheck, check_placement
-from autostream.planning.plan import MIN_RELATIVE_GAIN, Plan, PlanOptions, plan_graph
+from autostream.planning.plan import (
+    MIN_RELATIVE_GAIN,
+    Plan,
+    PlanOptions,
+    plan_graph,
+    runtime_suffix,
+)
 from autostream.report.latest import announce
 from autostream.report.summary import pass_summary
 from autostream.scheduling.core_budgets import cores_missing, scope_keys
@@ -355,8 +361,12 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         return report
 
     def apply(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None,
-              mode: str | None = None) -> PassReport:
+              mode: str | None = None, runtime: str | None = None) -> PassReport:
         """Plan and rewrite ``gm``; never raises for a graph it cannot handle (unless strict).
+
+        ``runtime``: the runtime the graph will run on (the backend's ``graph``, ``streams``,
+        ``threads``...), which the costs are for (``cost.runtime_target``); ``None``: the
+        table's own figures (TorchAir's GE and ACL graphs).
 
         For a graph that communicates, the plan's digest is compared with those other
         ranks have set in the process group's store, without waiting and without a
@@ -369,12 +379,12 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
                     return self._plan_for_inductor(gm, example_inputs)
             return _unsupported(gm)
         if not has_communication(gm.graph):
-            return self._plan_and_rewrite(gm, example_inputs, mode)
+            return self._plan_and_rewrite(gm, example_inputs, mode, runtime)
         # the options in the key: one process may plan a graph with several passes;
         # the table is not, so that another table on one rank shows as a mismatch
         key = graph_key(gm.graph, f"{self.key()}|{mode}")
         names = [f"{n.name}:{target_name(n)}" for n in gm.graph.nodes]
-        report = self._plan_and_rewrite(gm, example_inputs, mode)
+        report = self._plan_and_rewrite(gm, example_inputs, mode, runtime)
         plan = report.plan if report.applied else None
         digest = outcome_digest(names, plan.schedule if plan else None,
                                 plan.syncs if plan else ())
@@ -384,9 +394,9 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         return dataclasses.replace(report, rank_digest=digest, rank_mismatch=mismatch)
 
     def _plan_and_rewrite(self, gm: torch.fx.GraphModule, example_inputs: Any = None,
-                          mode: str | None = None) -> PassReport:
+                          mode: str | None = None, runtime: str | None = None) -> PassReport:
         with collector_paused():
-            report = self._plan_and_rewrite_graph(gm, example_inputs, mode)
+            report = self._plan_and_rewrite_graph(gm, example_inputs, mode, runtime)
         device = graph_device(gm.graph, example_inputs)
         return dataclasses.replace(report, device=device, cost_table=self.table_label(device))
 
@@ -399,9 +409,10 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         return table_label(model, self.cost_table, device_type)
 
     def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any,
-                                mode: str | None = None) -> PassReport:
+                                mode: str | None = None, runtime: str | None = None
+                                ) -> PassReport:
         if mode != GE_MODE:
-            return self._plan_and_rewrite_once(gm, example_inputs, mode)
+            return self._plan_and_rewrite_once(gm, example_inputs, mode, runtime)
         packed = symbolic_size_lists(gm)
         if packed and not hand_tagged(gm.graph):
             return PassReport(len(gm.graph.nodes), Outcome.NO_PARALLELISM,
@@ -412,13 +423,14 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         # GE reads symbolic inputs through sym_size ops it adds after the pass on the main
         # stream: added here instead, one per user, they are planned like any op
         reads = symbolic_inputs_as_sizes(gm)
-        report = self._plan_and_rewrite_once(gm, example_inputs, mode)
+        report = self._plan_and_rewrite_once(gm, example_inputs, mode, runtime)
         if not report.applied:
             reads.undo(gm)
         return report
 
     def _plan_and_rewrite_once(self, gm: torch.fx.GraphModule, example_inputs: Any,
-                               mode: str | None = None) -> PassReport:
+                               mode: str | None = None, runtime: str | None = None
+                               ) -> PassReport:
         nodes = len(gm.graph.nodes)
         tagged = hand_tagged(gm.graph)
         if tagged:
@@ -430,7 +442,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
                               acl_reinplace_hazards if acl else
                               ge_output_ref_edges if mode == GE_MODE else None,
                               acl_scope_overhead_us(costs.sync_latency_us) if acl else 0.0,
-                              GE_PLACEMENT if mode == GE_MODE else None)
+                              GE_PLACEMENT if mode == GE_MODE else None, runtime)
         except Exception as exc:  # the pass must never break compilation
             return _failed(nodes, Outcome.PLANNING_FAILED, exc)
         if plan.op_graph.number_of_nodes() == 0:
@@ -575,7 +587,8 @@ def _applied_reason(plan: Plan) -> str:
             f"{plan.schedule.streams_used} streams, {n} sync{'s' * (n != 1)}")
     budgets = "".join(f", stream {s} on {b:g} of the chip" for s, b in plan.core_budgets.items())
     return (f"{what}{budgets}, predicted {plan.predicted_us:.1f} us vs "
-            f"{plan.single_stream_us:.1f} us on one stream ({plan.predicted_speedup:.2f}x)"
+            f"{plan.single_stream_us:.1f} us on one stream ({plan.predicted_speedup:.2f}x"
+            f"{runtime_suffix(plan.runtime)})"
             + _memory_note(plan))
 
 

@@ -32,7 +32,8 @@ def test_the_unknown_option_message_lists_every_backend_option():
         autostream.backend(streams=2)
     message = str(info.value)
     assert message.startswith("unknown option streams; backend() takes runtime, sanitize, "
-                              "measure, fallback, deterministic and the pass options ")
+                              "measure, fallback, deterministic, graph_outputs and the pass "
+                              "options ")
     for option in ("max_streams", "solver", "cost_table", "time_limit", "max_memory_increase",
                    "core_budgets", "history"):
         assert option in message

@@ -343,7 +343,25 @@ def test_select_runtime():
     assert select_runtime("streams", [torch.zeros(1)]) == "streams"
     with pytest.raises(ValueError, match="unknown runtime 'gpu'"):
         select_runtime("gpu", [])
-    assert set(RUNTIMES) == {"auto", "threads", "streams", "sequential"}
+    assert set(RUNTIMES) == {"auto", "threads", "streams", "graph", "sequential"}
+
+
+def test_auto_picks_the_graph_runtime_where_the_device_captures_graphs(monkeypatch):
+    from autostream.runtime import graph_api
+
+    class Capturing:  # a device whose module has a graph class, as CUDA's and NPU's do
+        graph = object()
+        CUDAGraph = object
+
+    class Streaming:  # one with streams but no graph capture
+        pass
+
+    meta = [torch.zeros(1, device="meta")]
+    for module, kind in ((Capturing, "graph"), (Streaming, "streams")):
+        monkeypatch.setattr(graph_api.torch, "get_device_module", lambda d, m=module: m)
+        monkeypatch.setattr("autostream.runtime.select.input_device",
+                            lambda inputs: torch.device("cuda"))
+        assert select_runtime("auto", meta) == kind
 
 
 def test_streams_runtime_rejects_cpu_inputs():

@@ -303,3 +303,82 @@ def test_on_a_real_gpu_the_plan_replays_equal_to_one_stream():  # pragma: no cov
             got = as_tuple(runner(*args))
     assert runner.refused is None, runner.refused
     assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+
+
+# -- the backend on the graph runtime (a fake device standing in for CUDA) -------------------
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """The backend as on a CUDA device that captures graphs, every graph on a fake device."""
+    import sys
+
+    from autostream.runtime import select
+
+    backend_module = sys.modules["autostream.backend"]  # the package exports a function of its name
+
+    devices = []
+
+    def make_runner(gm, kind, **options):
+        if kind != "graph":
+            return select.make_runner(gm, kind, **options)
+        streams, graphs = fake_device()
+        devices.append(graphs)
+        return GraphRunner(gm, graph_api=lambda d: graphs, stream_api=lambda d: streams,
+                           **options)
+
+    monkeypatch.setattr(backend_module, "make_runner", make_runner)
+    monkeypatch.setattr(backend_module, "check_runtime_device", lambda kind, device: kind)
+    monkeypatch.setattr(backend_module, "select_runtime", lambda kind, inputs: "graph")
+    monkeypatch.setattr(backend_module, "capture_refusal", lambda gm, device, inputs: None)
+    return devices
+
+
+@pytest.mark.slow
+def test_the_backend_weighs_the_plans_graph_against_the_one_stream_graph(fake_cuda):
+    import autostream
+
+    model, inputs = moe_model()
+    torch._dynamo.reset()
+    be = autostream.backend(max_streams=2, cost_table="h200", measure=2, runtime="graph")
+    compiled = torch.compile(model, backend=be)
+    want = as_tuple(model(*inputs))
+    for _ in range(14):  # 2 rounds of a warm-up and a timed call per candidate: 12
+        got = as_tuple(compiled(*inputs))
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    report = be.last_report
+    torch._dynamo.reset()
+    assert report.runtime == "graph" and report.plan.runtime == "graph"
+    assert "on the graph runtime" in report.summary()
+    choice = report.choice
+    assert set(choice.candidates) == {"graph", "graph1", "eager"}
+    assert choice.default == "graph1" and choice.choice is not None
+    # both graph candidates were captured and replayed (on the fake device)
+    assert len(fake_cuda) == 2 and all(g.captures == 1 for g in fake_cuda)
+    assert sum("captured 1 graph" in line for line in report.runtime_lines()) == 2
+
+
+@pytest.mark.slow
+def test_a_graph_that_cannot_be_captured_runs_on_streams_and_says_why(fake_cuda, monkeypatch):
+    import sys
+
+    import autostream
+
+    backend_module = sys.modules["autostream.backend"]
+    monkeypatch.setattr(backend_module, "capture_refusal",
+                        lambda gm, device, inputs: "op 'nonzero' makes the host wait")
+    monkeypatch.setattr(backend_module, "select_runtime", lambda kind, inputs: (
+        "graph" if kind == "graph" else "threads"))
+    model, inputs = moe_model()
+    torch._dynamo.reset()
+    be = autostream.backend(max_streams=2, cost_table="h200", measure=0, runtime="graph")
+    compiled = torch.compile(model, backend=be)
+    compiled(*inputs)
+    report = be.last_report
+    torch._dynamo.reset()
+    assert report.runtime == "streams" and "nonzero" in report.capture_refused
+    assert "runtime: streams (not captured: op 'nonzero'" in report.summary()
+    assert report.plan.runtime == "streams" and not fake_cuda
+    # one host thread issues every op: this small graph is host-bound on any stream count
+    assert not report.applied and "is not faster than one stream" in report.reason, \
+        report.summary()

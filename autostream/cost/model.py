@@ -45,6 +45,8 @@ class OpCost:
     note: str = ""
     #: duration in a multi-stream plan (on its share of the intra-op threads) / alone
     split: float = 1.0
+    #: how the table entry behind it was timed (``Entry.timing``; "" for a roofline)
+    timing: str = ""
 
 
 FREE = OpCost(0.0, 0.0, "free")
@@ -165,7 +167,7 @@ class TableCostModel:
                                   "a fallback size")
         e = self._exact.get((sig.op, sig.key))
         if e is not None:
-            return OpCost(e.time_us, e.share, "exact", split=e.split)
+            return OpCost(e.time_us, e.share, "exact", split=e.split, timing=e.timing)
         scaled = self._scaled(sig, dtype)
         if scaled is not None:
             return scaled
@@ -195,7 +197,7 @@ class TableCostModel:
             share = lo.share + f * (hi.share - lo.share)
             split = lo.split + f * (hi.split - lo.split)
             return OpCost(t, share, "scaled", f"interpolated by {what} between "
-                          f"({lo.signature}) and ({hi.signature})", split)
+                          f"({lo.signature}) and ({hi.signature})", split, lo.timing)
         ref = hi if lo is None else lo
         if hi is not None and lo is not None:
             ref = min((lo, hi), key=lambda e: abs(math.log((_work(e) + 1) / (work + 1))))
@@ -203,7 +205,7 @@ class TableCostModel:
         ratio = work / _work(ref) if _work(ref) > 0 else 1.0
         t = fixed + (ref.time_us - fixed) * ratio
         return OpCost(t, ref.share, "scaled", f"scaled by {what} from ({ref.signature})",
-                      ref.split)
+                      ref.split, ref.timing)
 
 
 _TENSOR = re.compile(r"([A-Za-z][A-Za-z0-9_]*)\[([0-9, ]*)\]")

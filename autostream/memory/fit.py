@@ -82,11 +82,22 @@ Edge = tuple[str, str]
 
 @dataclass(frozen=True)
 class RuntimeCosts:
-    """The multi-stream runtime's host costs (``CostModel.runtime_*_us``)."""
+    """The multi-stream runtime's host costs (``CostModel.runtime_*_us``), and what every
+    variant pays, one stream included: ``issue_us`` per op launched by one host thread
+    (serial: the interpreted streams runtime), ``fixed_us`` per call (a graph's launch;
+    ``autostream.cost.runtime_target``)."""
 
     op_us: float = 0.0
     call_us: float = 0.0
     segment_us: float = 0.0
+    issue_us: float = 0.0
+    fixed_us: float = 0.0
+
+    @classmethod
+    def of(cls, model: Any) -> RuntimeCosts:
+        """The costs a cost model names (``issue_us``, ``call_fixed_us``: 0 where absent)."""
+        return cls(model.runtime_op_us, model.runtime_call_us, model.runtime_segment_us,
+                   getattr(model, "issue_us", 0.0), getattr(model, "call_fixed_us", 0.0))
 
 
 @dataclass(frozen=True)
@@ -179,15 +190,21 @@ def evaluate(inputs: FitInputs, schedule: Schedule, problem: SchedulingProblem,
                                makespan=solved.makespan, optimal=False)
         timeline, syncs = Timeline.from_schedule(schedule), ()
         predicted = schedule.makespan
+        if inputs.costs.issue_us > 0:  # one host thread issues every op: maybe host-bound
+            timeline = simulate_plan(problem, schedule, (),
+                                     launch_overhead_us=inputs.costs.issue_us)
+            predicted = timeline.makespan
+        predicted += inputs.costs.fixed_us
     else:
         syncs = tuple(compute_syncs(deps, schedule)) if placed is None else tuple(placed)
         if retime:
             solved = simulate_plan(problem, schedule, syncs)
             schedule = replace(schedule, start=solved.start, end=solved.end,
                                makespan=solved.makespan, optimal=False)
-        timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=inputs.costs.op_us,
+        timeline = simulate_plan(problem, schedule, syncs,
+                                 launch_overhead_us=inputs.costs.issue_us + inputs.costs.op_us,
                                  segment_overhead_us=inputs.costs.segment_us)
-        predicted = timeline.makespan + inputs.costs.call_us
+        predicted = timeline.makespan + inputs.costs.call_us + inputs.costs.fixed_us
     timeline = allocation_timeline(inputs.memory, schedule, timeline)
     profile = predict_memory(inputs.memory, schedule, syncs, timeline)
     return Candidate(how, schedule, syncs, problem, predicted, profile, edges)

@@ -49,7 +49,7 @@ from autostream.memory.predict import (
     launch_timeline,
     predict_memory,
 )
-from autostream.planning.plan import Plan
+from autostream.planning.plan import Plan, runtime_suffix
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import Schedule, Sync
 from autostream.scheduling.simulate import simulate_plan
@@ -77,6 +77,8 @@ class LiftedPlan:
     single_stream_us: float
     predicted_us: float
     moved: tuple[str, ...] = ()
+    #: the runtime the predictions are for (the ATen plan's)
+    runtime: str = ""
 
     @property
     def predicted_speedup(self) -> float:
@@ -89,7 +91,7 @@ class LiftedPlan:
     def describe(self) -> str:
         return (f"lifted to the Dynamo graph: {self.streams_used} streams, {len(self.syncs)} "
                 f"syncs, predicted {self.predicted_us:.1f} us vs {self.single_stream_us:.1f} us "
-                f"on one stream ({self.predicted_speedup:.2f}x)")
+                f"on one stream ({self.predicted_speedup:.2f}x{runtime_suffix(self.runtime)})")
 
 
 def dynamo_effects(dynamo: torch.fx.GraphModule, mutated_inputs: frozenset[str] | None = None
@@ -183,14 +185,17 @@ def _aten_groups(plan: Plan, dynamo: torch.fx.GraphModule) -> dict[str, list[str
 
 def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0.0,
               runtime_call_us: float = 0.0, runtime_segment_us: float = 0.0,
-              mutated_inputs: frozenset[str] | None = None) -> LiftedPlan:
+              mutated_inputs: frozenset[str] | None = None, issue_us: float = 0.0,
+              fixed_us: float = 0.0) -> LiftedPlan:
     """Carry ``plan`` (made on the ATen graph AOTAutograd traced from ``dynamo``) to ``dynamo``.
 
     Returns a rewritten copy of ``dynamo`` (``dynamo`` itself is not changed), or
     raises :class:`LiftError`.  Costs of a Dynamo node are the sums of its ATen ops'
     (single-stream and split); ``runtime_op_us``, ``runtime_call_us`` and
     ``runtime_segment_us`` are the runtime's host costs per node, per call and per
-    segment (``autostream.scheduling.simulate.segment_leaders``).  ``mutated_inputs``: the
+    segment (``autostream.scheduling.simulate.segment_leaders``); ``issue_us`` and ``fixed_us``
+    what every variant pays per op issued from one host thread and per call
+    (``memory.fit.RuntimeCosts``).  ``mutated_inputs``: the
     placeholders AOTAutograd found mutated (``call_effects.aot_mutated_inputs``), each
     of which some call must be seen writing.
 
@@ -234,12 +239,13 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
     stream_of, order = problem.place_lanes(stream_of, order)
     schedule = Schedule(f"{plan.schedule.solver}+lifted", stream_of, order, {}, {}, 0.0, 0.0)
     syncs = tuple(compute_syncs(deps, schedule))
-    timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime_op_us,
+    timeline = simulate_plan(problem, schedule, syncs,
+                             launch_overhead_us=issue_us + runtime_op_us,
                              segment_overhead_us=runtime_segment_us)
     schedule = Schedule(schedule.solver, stream_of, order, timeline.start, timeline.end,
                         timeline.makespan, plan.schedule.lower_bound)
     _check_memory(dynamo, deps, plan, schedule, syncs, timeline)
-    predicted_us = timeline.makespan + runtime_call_us
+    predicted_us = timeline.makespan + runtime_call_us + fixed_us
     gm = _copy_module(dynamo)
     for node in gm.graph.nodes:
         if node.name in effects.calls:
@@ -247,12 +253,12 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
     rewrite_graph(gm, schedule, syncs)
     verify_rewrite(gm, op_graph).raise_if_failed()
     # with collectives, one stream also waits for the transfers: the ATen plan's baseline
-    single = (plan.single_stream_us if plan.transfers
-              else sum(single_us[a] for m in groups.values() for a in m))
+    single = (plan.single_stream_us if plan.transfers or issue_us > 0
+              else sum(single_us[a] for m in groups.values() for a in m) + fixed_us)
     return LiftedPlan(gm=gm, op_graph=op_graph, schedule=schedule, syncs=syncs, problem=problem,
                       single_stream_us=single,
                       predicted_us=predicted_us,
-                      moved=tuple(moved))
+                      moved=tuple(moved), runtime=plan.runtime)
 
 
 def _with_memory_edges(op_graph: OpGraph, plan: Plan, groups: Mapping[str, list[str]]

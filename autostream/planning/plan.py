@@ -14,6 +14,7 @@ import torch.fx
 
 from autostream.comm import has_communication
 from autostream.cost import OpCost, TableCostModel, source_breakdown
+from autostream.cost.runtime_target import for_runtime, runtime_label
 from autostream.fx.capture import capture_graphs
 from autostream.fx.graph import OpGraph, build_op_graph
 from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
@@ -146,6 +147,8 @@ class Plan:
     #: side stream -> its core budget (a fraction of the chip); ``problem`` has the ops on
     #: budgeted streams stretched (``autostream.scheduling.core_budgets``)
     core_budgets: Mapping[int, float] = field(default_factory=dict)
+    #: the runtime the predictions are for (``autostream.cost.runtime_target``)
+    runtime: str = ""
 
     @property
     def predicted_speedup(self) -> float:
@@ -191,6 +194,7 @@ class Plan:
             "plan_seconds": self.plan_seconds,
             "stage_seconds": self.stages.as_dict(),
             "cost_sources": str(self.cost_sources),
+            "runtime": self.runtime,
             **({"core_budgets": {str(k): v for k, v in self.core_budgets.items()}}
                if self.core_budgets else {}),
             **self._memory_summary(),
@@ -203,6 +207,15 @@ class Plan:
         return {"peak_bytes": m.peak_bytes, "peak_bound_bytes": m.bound_bytes,
                 "single_stream_peak_bytes": m.single_stream_peak_bytes,
                 "memory_limit_bytes": m.limit_bytes, "memory_fit": m.how}
+
+
+def runtime_suffix(runtime: str) -> str:
+    """How a predicted speed-up names its runtime: ``1.42x`` + this.
+
+    >>> runtime_suffix("graph"), runtime_suffix("")
+    (' on the graph runtime', '')
+    """
+    return f" on the {runtime} runtime" if runtime else ""
 
 
 def load_cost_model(cost_table: str | os.PathLike | CostModel | None) -> CostModel:
@@ -241,6 +254,7 @@ def plan_graph(
     gm: torch.fx.GraphModule, options: PlanOptions, cost_model: CostModel | None = None,
     extra_deps: Callable[[torch.fx.GraphModule, OpGraph], Iterable[tuple[str, str]]]
     | None = None, scope_overhead_us: float = 0.0, place: Placement | None = None,
+    runtime: str | None = None,
 ) -> Plan:
     """Plan ``gm`` without changing it.
 
@@ -261,16 +275,18 @@ def plan_graph(
     budget and the plan's figures are those of the plan that runs.
     """
     with collector_paused():
-        return _plan_graph(gm, options, cost_model, extra_deps, scope_overhead_us, place)
+        return _plan_graph(gm, options, cost_model, extra_deps, scope_overhead_us, place,
+                           runtime)
 
 
 def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: CostModel | None,
                 extra_deps: Callable[[torch.fx.GraphModule, OpGraph],
                                      Iterable[tuple[str, str]]] | None = None,
-                scope_overhead_us: float = 0.0, place: Placement | None = None) -> Plan:
+                scope_overhead_us: float = 0.0, place: Placement | None = None,
+                runtime: str | None = None) -> Plan:
     t0 = time.perf_counter()
     watch = Stopwatch()
-    cost_model = cost_model or load_cost_model(options.cost_table)
+    cost_model = for_runtime(cost_model or load_cost_model(options.cost_table), runtime)
     watch.lap("costs")
     op_graph = build_op_graph(gm)
     if extra_deps is not None:
@@ -289,8 +305,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
     watch.lap("costs")
     single = get_solver("single")(problem)
     watch.lap("solve")
-    costs = RuntimeCosts(cost_model.runtime_op_us, cost_model.runtime_call_us,
-                         cost_model.runtime_segment_us)
+    costs = RuntimeCosts.of(cost_model)
     solver_options: dict[str, Any] = {}
     if options.solver == "cpsat" and options.time_limit is not None:
         solver_options["time_limit"] = options.time_limit
@@ -305,7 +320,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
     limit = budget.limit(single_plan.memory.peak_bytes) if budget is not None else None
     notes: list[str] = []
     watch.lap("syncs")
-    bar = single.makespan * (1 - MIN_RELATIVE_GAIN)
+    bar = single_plan.predicted_us * (1 - MIN_RELATIVE_GAIN)
     if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
         solved = get_solver(options.solver)(split_problem, **solver_options)
         watch.lap("solve")
@@ -321,7 +336,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
             chosen, fit_notes = fit_plan(fit, candidate, single_plan, limit, MIN_RELATIVE_GAIN)
             notes += fit_notes
         else:
-            notes.append(_not_faster_note(candidate, single, costs))
+            notes.append(_not_faster_note(candidate, single_plan.predicted_us, costs))
         watch.lap("syncs")
     if transfers:
         overlapped = get_solver("overlap")(problem)
@@ -339,7 +354,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
         schedule=chosen.schedule,
         syncs=chosen.syncs,
         estimates=estimates,
-        single_stream_us=single.makespan,
+        single_stream_us=single_plan.predicted_us,
         plan_seconds=time.perf_counter() - t0,
         predicted_us=chosen.predicted_us,
         notes=tuple(notes),
@@ -350,6 +365,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
         comm_notes=comm_notes,
         # the problem of a budgeted plan (and of its memory repairs) names its budgets
         core_budgets=dict(chosen.problem.graph.graph.get("core_budgets", {})),
+        runtime=runtime_label(cost_model),
     )
 
 
@@ -433,14 +449,14 @@ def _resolve_options(solver: str, solver_options: Mapping[str, Any], ops: int) -
     return {**solver_options, "time_limit": RESOLVE_SHARE * seconds}
 
 
-def _not_faster_note(candidate, single: Schedule, costs: RuntimeCosts) -> str:
+def _not_faster_note(candidate, single_us: float, costs: RuntimeCosts) -> str:
     streams = candidate.schedule.streams_used
     overhead = (f", runtime overhead of {costs.call_us:.0f} us per call, "
                 f"{costs.segment_us:.0f} us per segment and "
                 f"{costs.op_us:.1f} us per node included"
                 if (costs.op_us or costs.call_us or costs.segment_us) and streams > 1 else "")
     return (f"{candidate.how} ({candidate.predicted_us:.1f} us on {streams} "
-            f"streams{overhead}) is not faster than one stream ({single.makespan:.1f} us); "
+            f"streams{overhead}) is not faster than one stream ({single_us:.1f} us); "
             "keeping one stream")
 
 
