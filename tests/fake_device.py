@@ -186,3 +186,29 @@ def fake_device(refuse: str | None = None) -> tuple[FakeStreams, FakeGraphs]:
     """A fake device's stream and graph APIs, sharing one log."""
     streams = FakeStreams()
     return streams, FakeGraphs(streams, refuse)
+
+
+def patch_backend_to_fake_capture(monkeypatch: Any) -> list[FakeGraphs]:
+    """The backend as on an accelerator that captures graphs, every graph runner on a fake
+    device (CPU tensors); returns the fake devices as runners are built."""
+    import sys
+
+    from autostream.runtime import select
+    from autostream.runtime.graphed import GraphRunner
+
+    backend_module = sys.modules["autostream.backend"]  # the package exports a function of its name
+    devices: list[FakeGraphs] = []
+
+    def make_runner(gm: Any, kind: str, **options: Any) -> Any:
+        if kind != "graph":
+            return select.make_runner(gm, kind, **options)
+        streams, graphs = fake_device()
+        devices.append(graphs)
+        return GraphRunner(gm, graph_api=lambda d: graphs, stream_api=lambda d: streams,
+                           **options)
+
+    monkeypatch.setattr(backend_module, "make_runner", make_runner)
+    monkeypatch.setattr(backend_module, "check_runtime_device", lambda kind, device: kind)
+    monkeypatch.setattr(backend_module, "select_runtime", lambda kind, inputs: "graph")
+    monkeypatch.setattr(backend_module, "capture_refusal", lambda gm, device, inputs: None)
+    return devices

@@ -18,7 +18,7 @@ from autostream.runtime.capturable import graph_refusal
 from autostream.runtime.capture_plan import CaptureStep, capture_steps, check_capture
 from autostream.runtime.graphed import GraphRunner
 from autostream.runtime.sequential import SequentialRunner
-from tests.fake_device import fake_device
+from tests.fake_device import fake_device, patch_backend_to_fake_capture
 from tests.helpers import UniformCosts, as_tuple
 
 
@@ -310,27 +310,7 @@ def test_on_a_real_gpu_the_plan_replays_equal_to_one_stream():  # pragma: no cov
 @pytest.fixture
 def fake_cuda(monkeypatch):
     """The backend as on a CUDA device that captures graphs, every graph on a fake device."""
-    import sys
-
-    from autostream.runtime import select
-
-    backend_module = sys.modules["autostream.backend"]  # the package exports a function of its name
-
-    devices = []
-
-    def make_runner(gm, kind, **options):
-        if kind != "graph":
-            return select.make_runner(gm, kind, **options)
-        streams, graphs = fake_device()
-        devices.append(graphs)
-        return GraphRunner(gm, graph_api=lambda d: graphs, stream_api=lambda d: streams,
-                           **options)
-
-    monkeypatch.setattr(backend_module, "make_runner", make_runner)
-    monkeypatch.setattr(backend_module, "check_runtime_device", lambda kind, device: kind)
-    monkeypatch.setattr(backend_module, "select_runtime", lambda kind, inputs: "graph")
-    monkeypatch.setattr(backend_module, "capture_refusal", lambda gm, device, inputs: None)
-    return devices
+    return patch_backend_to_fake_capture(monkeypatch)
 
 
 @pytest.mark.slow

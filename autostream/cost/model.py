@@ -20,7 +20,7 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch.fx
@@ -45,8 +45,9 @@ class OpCost:
     note: str = ""
     #: duration in a multi-stream plan (on its share of the intra-op threads) / alone
     split: float = 1.0
-    #: how the table entry behind it was timed (``Entry.timing``; "" for a roofline)
-    timing: str = ""
+    #: how the table entry behind it was timed (``Entry.timing``; "" for a roofline); not
+    #: part of the estimate's value
+    timing: str = field(default="", compare=False)
 
 
 FREE = OpCost(0.0, 0.0, "free")
