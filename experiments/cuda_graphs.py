@@ -206,7 +206,6 @@ def run_case(case: Case, device: torch.device, table: Any, streams: int, rounds:
     row.measured = row.graph1_us / row.autostream_us
     row.error = row.measured / row.predicted - 1 if row.predicted else None
     say(line(row))
-    del model, graph1, planned, auto
     torch._dynamo.reset()
     return row
 

@@ -95,7 +95,7 @@ def test_unknown_solver_names_the_allowed_values():
 
 
 def test_unknown_runtime_names_the_allowed_values():
-    with pytest.raises(ValueError, match="unknown runtime .gpu.; choose one of auto, threads, streams, sequential"):
+    with pytest.raises(ValueError, match="unknown runtime .gpu.; choose one of auto, threads, streams, graph, sequential"):
         autostream.backend(runtime="gpu")
 
 
