@@ -2,7 +2,8 @@
 
 The suite runs strict (a planning or rewrite failure is a bug, raised, never a silent
 fallback); every test and doctest gets its own plan cache and headline directory.
-Tests marked ``slow`` (more than ~2 s) run only with ``--slow``, as CI runs them.
+Tests marked ``slow`` (more than ~2 s) run only with ``--slow``, as CI runs them; tests
+marked ``cuda`` skip, saying so, where no CUDA device is present.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu = [item for item in items if item.get_closest_marker("cuda")]
+    if gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            skip = pytest.mark.skip(reason="needs a CUDA device (CI has none; run on a lent GPU)")
+            for item in gpu:
+                item.add_marker(skip)
     if config.getoption("--slow"):
         return
     slow = [item for item in items if item.get_closest_marker("slow")]

@@ -10,7 +10,10 @@ method as the scripts that took them:
   single-stream Inductor and ``backend="autostream"`` (its streams runtime, or Inductor
   with the pass where that Inductor has streams), median over 50 calls;
 - ``speedup_cuda.json`` (``python -m experiments.speedup --device cuda --cost-table h200
-  --no-inductor --json FILE``): the zoo's measured against predicted speed-up.
+  --no-inductor --json FILE``): the zoo's measured against predicted speed-up;
+- ``cuda_graphs.json`` (``python -m experiments.cuda_graphs --out DIR``): captured graphs,
+  autostream's against the one-stream graph, with eager and reduce-overhead beside them;
+  its headline rows are the experiment's own (``experiments.cuda_graphs.headlines``).
 
     python -m experiments.cuda_runs
 """
@@ -62,6 +65,29 @@ def speedup_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def graphs_table(data: dict[str, Any]) -> list[str]:
+    """``cuda_graphs.json`` as a table: microseconds per call, and the ratios."""
+    def us(v: Any) -> str:
+        return f"{v:,.1f}" if _number(v) else "-"
+
+    lines = [f"`experiments.cuda_graphs`, torch {data['torch']}, table {data['table']}: "
+             f"{data['method']}; measured = one-stream graph over autostream's graph (the "
+             f"rounds' range); auto = the measured choice's backend", "",
+             "| model | batch | eager | reduce-overhead | one-stream graph | autostream graph | "
+             "predicted | measured | error | kept | auto | bitwise |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        rounds = r.get("measured_rounds") or [r["measured"]]
+        error = f"{100 * r['error']:+.0f}%" if _number(r.get("error")) else "-"
+        predicted = f"{r['predicted']:.2f}x" if _number(r.get("predicted")) else "-"
+        lines.append(f"| {r['model']} | {r['batch']} | {us(r['eager_us'])} | "
+                     f"{us(r['inductor_ro_us'])} | {us(r['graph1_us'])} | "
+                     f"{us(r['autostream_us'])} | {predicted} | {r['measured']:.2f}x "
+                     f"({min(rounds):.2f}-{max(rounds):.2f}) | {error} | {r['kept']} | "
+                     f"{us(r.get('auto_us'))} | {'yes' if r['bitwise'] else 'no'} |")
+    return lines
+
+
 def main() -> None:
     from experiments.headline import Headline, record
 
@@ -94,6 +120,16 @@ def main() -> None:
             kept = sum((r.get("kept") or "") == "eager" for r in planned)
             headlines.append(Headline(f"{run.name}: the measured choice kept eager",
                                       f"{kept} of {len(planned)} models", "-", None))
+        graphs = run / "cuda_graphs.json"
+        if graphs.exists():
+            from experiments.cuda_graphs import Row
+            from experiments.cuda_graphs import headlines as graph_headlines
+
+            data = json.loads(graphs.read_text())
+            print("\n".join(graphs_table(data)) + "\n")
+            rows = [Row(**r) for r in data["rows"]]
+            headlines += [Headline(f"{run.name}: {h.what}", h.measured, h.target, h.met)
+                          for h in graph_headlines(rows, run.name.split("-")[0])]
     record(__file__, headlines)
 
 

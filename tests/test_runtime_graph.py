@@ -291,8 +291,8 @@ def test_a_bad_capture_sequence_never_reaches_the_device():
         GraphRunner(gm, bad)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_on_a_real_gpu_the_plan_replays_equal_to_one_stream():  # pragma: no cover - GPU only
+@pytest.mark.cuda
+def test_on_a_real_gpu_the_plan_replays_equal_to_the_sequential_runtime():
     gm, args = planned(moe_model)
     gm = gm.cuda()
     args = tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in args)
@@ -362,3 +362,22 @@ def test_a_graph_that_cannot_be_captured_runs_on_streams_and_says_why(fake_cuda,
     # one host thread issues every op: this small graph is host-bound on any stream count
     assert not report.applied and "is not faster than one stream" in report.reason, \
         report.summary()
+
+
+@pytest.mark.cuda
+def test_on_a_real_gpu_the_backends_graph_equals_the_one_stream_graph():
+    import autostream
+
+    model, inputs = moe_model()
+    model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
+    outs = {}
+    for streams in (1, 2):
+        torch._dynamo.reset()
+        be = autostream.backend(runtime="graph", max_streams=streams, measure=0,
+                                cost_table="h200")
+        compiled = torch.compile(model, backend=be, dynamic=False)
+        for _ in range(3):
+            outs[streams] = as_tuple(compiled(*inputs))
+        assert be.last_report.runtime == "graph" and not be.last_report.capture_refused
+    torch._dynamo.reset()
+    assert all(torch.equal(a, b) for a, b in zip(outs[1], outs[2], strict=True))
