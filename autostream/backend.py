@@ -23,7 +23,9 @@ from autostream.planning.lift import LiftedPlan, LiftError, lift_plan
 from autostream.planning.plan import Plan
 from autostream.report.latest import announce, tell
 from autostream.report.summary import outcome_text, plan_lines
+from autostream.runtime.baseline import baseline_text, eager_candidates, fastest_single
 from autostream.runtime.choice import MeasuredChoice
+from autostream.runtime.machine import read as read_machine
 from autostream.runtime.sanitizer import SanitizerConfig
 from autostream.runtime.select import (
     check_runtime_device,
@@ -197,14 +199,18 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
                 return compiled
             return _inductor(gm, example_inputs) if fallback == "inductor" else gm.forward
         singles: dict[str, Callable] = {"eager": gm.forward}
+        if applied:  # eager at the plan's other thread counts (runtime/baseline.py)
+            singles.update(eager_candidates(gm.forward, select_runtime(runtime, example_inputs),
+                                            report.streams_used, deterministic))
         if fallback == "inductor":
             singles["inductor"] = _inductor(gm, example_inputs)
         if not applied and (len(singles) == 1 or measure == 0):
             report.kept, report.not_measured = fallback, "no plan to measure"
             return singles[fallback]
+        report.baselines = tuple(singles)
         candidates = {"streams": compiled, **singles} if applied else singles
         choice = MeasuredChoice(candidates, trials=measure, default=fallback,
-                                on_choice=lambda *_: _chosen(report))
+                                on_choice=lambda *_: _chosen(report), read_machine=read_machine)
         report.choice = choice
         choices.append(choice)
         return choice
@@ -239,6 +245,10 @@ class BackendReport:
     #: what runs when nothing is measured, and why nothing is (``choice`` is then ``None``)
     kept: str = ""
     not_measured: str = ""
+    #: the measured single-stream candidates (eager at the caller's and other intra-op
+    #: thread counts, Inductor), and the caller's count when the graph compiled
+    baselines: tuple[str, ...] = ()
+    caller_threads: int = field(default_factory=torch.get_num_threads)
 
     @property
     def pass_report(self) -> PassReport | None:
@@ -266,6 +276,18 @@ class BackendReport:
         return "" if r is None else r.reason
 
     @property
+    def streams_used(self) -> int:
+        """Streams of what runs the plan: the lifted plan's, else the ATen plan's."""
+        if isinstance(self.lift, LiftedPlan):
+            return self.lift.streams_used
+        return self.plan.schedule.streams_used if self.plan is not None else 1
+
+    @property
+    def baseline(self) -> tuple[str, int] | None:
+        """The fastest measured single-stream candidate and its intra-op threads."""
+        return fastest_single(self.choice, self.baselines, self.caller_threads)
+
+    @property
     def log_level(self) -> int:
         return max((r.outcome.log_level for r in self.passes), default=logging.INFO)
 
@@ -289,13 +311,17 @@ class BackendReport:
                      else f"plan kept on the ATen graph: {self.lift}")
             lines.append(f"  {where}")
         lines.append(f"  {self.measured_line()}")
+        if self.baseline is not None:
+            lines.append(f"  {baseline_text(self.choice, self.baselines, self.caller_threads)}")
         return "\n".join(lines)
 
     def measured_line(self) -> str:
         """The measured choice in words (or why nothing was measured, and what runs)."""
         if self.choice is not None:
             gap = self.prediction_check()
-            return self.choice.describe() + (f"; {gap[0]}" if gap else "")
+            load = self.choice.load
+            busy = f"unreliable ({load.reason}): " if load is not None and load.busy else ""
+            return busy + self.choice.describe() + (f"; {gap[0]}" if gap else "")
         return f"not measured: {self.not_measured}; runs {self.kept}"
 
     def prediction_check(self) -> tuple[str, bool] | None:
@@ -324,6 +350,11 @@ class BackendReport:
                                   for n, t in self.choice.timings.items()}
             out["kept"] = self.choice.choice
             out["calls_to_decision"] = self.choice.calls_to_decision
+            best = self.baseline
+            if best is not None:
+                out["baseline"], out["baseline_threads"] = best
+            if self.choice.load is not None:
+                out["load"] = self.choice.load.figures()
         else:
             out["kept"] = self.kept
         return out

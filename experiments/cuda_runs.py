@@ -18,6 +18,7 @@ method as the scripts that took them:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,14 @@ def speedup_table(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def machine_of(run: Path) -> str:
+    """The lent machine a kept run was measured on: its README's first clause."""
+    readme = run / "README.md"
+    text = readme.read_text().strip() if readme.exists() else ""
+    first = re.split(r"[.,]\s", text, maxsplit=1)[0].replace("\n", " ").strip()
+    return f"lent: {first}" if first else f"lent machine of {run.name}"
+
+
 def main() -> None:
     from experiments.headline import Headline, record
 
@@ -90,10 +99,11 @@ def main() -> None:
                 f"speed-up over eager ({len(planned)} zoo models)",
                 f"{worst['plan_measured']:.2f}x ({worst['model']}) to "
                 f"{best['plan_measured']:.2f}x ({best['model']})", ">= 1x",
-                worst["plan_measured"] >= 1.0))
+                worst["plan_measured"] >= 1.0, machine=machine_of(run)))
             kept = sum((r.get("kept") or "") == "eager" for r in planned)
             headlines.append(Headline(f"{run.name}: the measured choice kept eager",
-                                      f"{kept} of {len(planned)} models", "-", None))
+                                      f"{kept} of {len(planned)} models", "-", None,
+                                      machine=machine_of(run)))
     record(__file__, headlines)
 
 
