@@ -65,7 +65,10 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     calls per candidate), and every later call uses the plan only if it measured at
     least 5% faster than the fallback, the spread of the rounds included; the choice
     is re-checked now and then (``runtime.choice.MeasuredChoice``); 0 trusts the plan
-    without measuring.  Graphs compiled for autograd (grad enabled and a parameter or
+    without measuring.  On the threads runtime eager is also measured at the fewer intra-op
+    threads the plan's streams use (``"eager, 1 thread"``...: ``runtime.baseline``; not with
+    ``deterministic=True``), and the report names the fastest single stream and the
+    machine's load (figures timed while it was busy are marked unreliable).  Graphs compiled for autograd (grad enabled and a parameter or
     input requires grad) keep the plan unmeasured.  A graph that communicates is never measured: it
     keeps the plan when one was applied, else the fallback (ranks would time it
     differently, and agreeing would take a collective of the library's own).
@@ -385,11 +388,13 @@ def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,
 
 
 def _chosen(report: BackendReport) -> None:
-    """Tell the measured choice; warn when the cost table is far from the measurement."""
+    """Tell the measured choice; warn when the cost table is far from the measurement (not
+    when the machine was busy: the load, not the table, is then the likelier cause)."""
     tell(f"autostream: {report.measured_line()}")
     check = report.prediction_check()
     main = report.pass_report
-    if check is not None and check[1] and main is not None:
+    load = report.choice.load if report.choice is not None else None
+    if check is not None and check[1] and main is not None and not (load and load.busy):
         log.warning("autostream: the cost table %s is far from this machine: %s; plans rest "
                     "on its figures: measure the model here with `autostream calibrate SPEC "
                     "--device %s --out my.json` and pass cost_table='my.json'",

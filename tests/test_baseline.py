@@ -60,13 +60,15 @@ def test_a_measured_choice_over_thread_counts_leaves_the_callers_count(two_threa
 def test_counts_run_from_one_to_what_the_plan_uses_without_the_callers_or_beyond_the_cores():
     assert plan_threads(2, 2) == 2  # 1 + 1: the 2-core machine
     assert thread_counts(plan_threads(2, 2), 2, cores=2) == [1]
-    # a caller on one thread: the plan uses 2 (one per stream), so eager gets 2 too
-    assert thread_counts(plan_threads(2, 1), 1, cores=2) == [2]
+    # a caller on one thread: none (more threads than the caller chose, and eager's bits,
+    # which the plan gives that caller, would no longer be the kept candidate's)
+    assert thread_counts(plan_threads(2, 1), 1, cores=2) == []
     for cores in (1, 2, 3, 8, 64, 192):
         for caller in (1, 2, cores):
             for streams in (1, 2, 4):
                 counts = thread_counts(plan_threads(streams, caller), caller, cores)
-                assert caller not in counts and all(1 <= k <= cores for k in counts)
+                assert caller not in counts and all(1 <= k <= min(cores, caller)
+                                                    for k in counts)
                 assert counts == sorted(set(counts)) and len(counts) <= 4 + cores.bit_length()
                 assert caller == 1 or counts[0] == 1
 
@@ -126,3 +128,22 @@ def test_a_choice_measured_while_busy_is_reported_unreliable():
                            f"{choice.load.cores} cores busy during the timing (load average 0.3 "
                            f"(3.1 after) on {choice.load.cores} cores)): measured over 3")
     assert report.figures()["load"]["busy"] is True
+
+
+def test_a_busy_machine_does_not_blame_the_cost_table(monkeypatch, caplog):
+    import logging
+    from types import SimpleNamespace
+
+    from autostream.backend import _chosen
+
+    monkeypatch.setattr(BackendReport, "prediction_check",
+                        lambda self: ("one stream predicted 9625 us, measured 555255 us", True))
+    for others_s, warned in ((10.0 * 64, False), (0.0, True)):  # busy, then quiet
+        choice = _decided({"streams": 1.5e-3, "eager": 12e-3, label(1): 1.4e-3},
+                          Reading(10.0, 0.3, others_s, 0.0))
+        report = BackendReport(10, "cpu", False, choice=choice, baselines=("eager", label(1)),
+                               passes=[SimpleNamespace(applied=True, cost_table="'cpu'")])
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="autostream"):
+            _chosen(report)
+        assert any("is far from this machine" in r.message for r in caplog.records) is warned

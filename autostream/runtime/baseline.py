@@ -10,7 +10,9 @@ eager at every intra-op thread count it could have used instead: 1 to the count 
 uses in all (on 2 cores with 2 streams: 1 and 2), and the fastest is the baseline.
 
 Above 4 threads the counts double (1, 2, 3, 4, 8, ... and the top), so the candidates
-stay a handful on a large machine; counts above the cores are left out.  A thread-count
+stay a handful on a large machine.  Counts above the caller's (or the cores) are left out:
+the caller chose its count, and a caller on one thread gets eager's bits from a plan
+(``docs/correctness.md``), which eager on two threads would not give.  A thread-count
 change holds for the calling thread only; each candidate sets its count for the call and
 restores the caller's after it, also when the call raises.
 
@@ -47,8 +49,8 @@ def plan_threads(streams: int, budget: int) -> int:
 
 def thread_counts(total: int, caller: int, cores: int | None = None) -> list[int]:
     """Intra-op thread counts to time eager at besides the caller's own (which is eager's
-    default candidate): 1 to ``total``, at most ``cores``, doubling above
-    ``EVERY_COUNT_UP_TO``.
+    default candidate): 1 to ``total``, at most the caller's count and ``cores``, doubling
+    above ``EVERY_COUNT_UP_TO``.
 
     >>> thread_counts(2, 2, cores=2)
     [1]
@@ -56,10 +58,10 @@ def thread_counts(total: int, caller: int, cores: int | None = None) -> list[int
     [1, 2, 3, 4, 5]
     >>> thread_counts(33, 64, cores=64)
     [1, 2, 3, 4, 8, 16, 32, 33]
-    >>> thread_counts(4, 2, cores=2)  # more threads than cores: left out
-    [1]
+    >>> thread_counts(4, 2, cores=2), thread_counts(2, 1, cores=2)  # never above the caller
+    ([1], [])
     """
-    top = max(1, min(total, cores or os.cpu_count() or 1))
+    top = max(1, min(total, caller, cores or os.cpu_count() or 1))
     counts = set(range(1, min(top, EVERY_COUNT_UP_TO) + 1))
     k = EVERY_COUNT_UP_TO
     while k * 2 <= top:
