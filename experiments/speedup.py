@@ -129,6 +129,12 @@ class Row:
     load: Load | None = None
 
     @property
+    def baseline_ms(self) -> float:
+        """The fastest single stream's median ms (the baseline's)."""
+        return {"eager": self.eager_ms, "inductor": self.inductor_ms,
+                **self.eager_threads_ms}.get(self.baseline) or float("nan")
+
+    @property
     def unreliable(self) -> str:
         """Why the row's figures are unreliable ("" when the machine was not busy)."""
         return self.load.reason if self.load is not None else ""
@@ -319,7 +325,7 @@ def cell(value: float | None, width: int, digits: int) -> str:
 
 def print_table(rows: list[Row]) -> None:
     head = (f"{'model':<20} {'str':>3} {'eager':>8} {'dynamo':>8} {'inductor':>9} {'as-seq':>8} "
-            f"{'plan':>8} {'autostrm':>9} {'base':>16} {'pred':>6} {'plan x':>7} {'error':>7} {'err/eag':>7} "
+            f"{'plan':>8} {'autostrm':>9} {'base':>16} {'base ms':>8} {'pred':>6} {'plan x':>7} {'error':>7} {'err/eag':>7} "
             f"{'kept':>16} {'calls':>5} {'autostrm x':>10} {'others':>7}")
     print(head)
     print("-" * len(head))
@@ -330,7 +336,7 @@ def print_table(rows: list[Row]) -> None:
                       else f"{'n/a':>7}")
         print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {cell(r.dynamo_ms, 8, 3)} "
               f"{cell(r.inductor_ms, 9, 3)} {cell(r.as_seq_ms, 8, 3)} "
-              f"{r.plan_ms:8.3f} {cell(r.autostream_ms, 9, 3)} {r.baseline:>16} {pred} "
+              f"{r.plan_ms:8.3f} {cell(r.autostream_ms, 9, 3)} {r.baseline:>16} {cell(r.baseline_ms, 8, 3)} {pred} "
               f"{r.plan_measured:7.2f} {err} {r.kept:>16} "
               f"{r.calls if r.calls is not None else '-':>5} {cell(r.measured, 10, 2)} "
               f"{cell(r.load.others if r.load else None, 6, 2)}{'*' if r.unreliable else ' '}")
@@ -361,8 +367,8 @@ def measured_on(rows: list[Row]) -> dict[str, str]:
     machines = "; ".join(sorted({r.machine for r in rows if r.machine}))
     where = "; ".join(x for x in (machines, str(load) if load else "") if x)
     busy = [r for r in rows if r.unreliable]
-    why = (f"{busy[0].unreliable} ({busy[0].model}"
-           + (f" and {len(busy) - 1} more rows)" if len(busy) > 1 else ")") if busy else "")
+    why = (busy[0].unreliable + (f"; {len(busy)} of {len(rows)} rows timed while busy"
+                                 if len(rows) > 1 else "") if busy else "")
     return {"machine": where, "unreliable": why}
 
 

@@ -110,7 +110,7 @@ def test_the_report_names_the_fastest_single_stream_its_threads_and_the_load():
     assert choice.choice == label(1)  # eager at 1 thread cleared the margin against eager
     assert baseline_text(choice, report.baselines, 2).startswith(
         "fastest single stream: eager, 1 thread (1 intra-op thread; the caller's count is 2); "
-        "streams 0.93x as fast; load average 0.3 (3.1 after)")
+        "streams 0.93x as fast; load average 0.3 -> 3.1")
     # 12 busy core-seconds in 10 s, 8 of them ours: others kept 0.4 cores busy
     figures = report.figures()
     assert (figures["baseline"], figures["baseline_threads"]) == (label(1), 1)
@@ -126,7 +126,7 @@ def test_a_choice_measured_while_busy_is_reported_unreliable():
     line = report.measured_line()
     assert line.startswith(f"unreliable (busy: other processes kept {choice.load.cores:.2f} of "
                            f"{choice.load.cores} cores busy during the timing (load average 0.3 "
-                           f"(3.1 after) on {choice.load.cores} cores)): measured over 3")
+                           f"-> 3.1 on {choice.load.cores} cores)): measured over 3")
     assert report.figures()["load"]["busy"] is True
 
 

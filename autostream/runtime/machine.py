@@ -121,9 +121,9 @@ class Load:
 
     >>> quiet = Load(2, 0.4, 1.6, 0.05, 30.0)
     >>> quiet.busy, str(quiet)
-    (False, 'load average 0.4 (1.6 after) on 2 cores; other processes 0.05 cores during the timing')
+    (False, 'load average 0.4 -> 1.6 on 2 cores; other processes 0.05 cores during the timing')
     >>> Load(2, 3.1, 3.4, 1.3, 30.0).reason
-    'busy: other processes kept 1.30 of 2 cores busy during the timing (load average 3.1 (3.4 after) on 2 cores)'
+    'busy: other processes kept 1.30 of 2 cores busy during the timing (load average 3.1 -> 3.4 on 2 cores)'
     """
 
     cores: int
@@ -171,7 +171,7 @@ class Load:
     def _loads(self) -> str:
         if self.before is None:
             return "unknown"
-        after = (f" ({self.after:.1f} after)" if self.after is not None
+        after = (f" -> {self.after:.1f}" if self.after is not None
                  and f"{self.after:.1f}" != f"{self.before:.1f}" else "")
         return f"{self.before:.1f}{after}"
 
