@@ -66,7 +66,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     least 5% faster than the fallback, the spread of the rounds included; the choice
     is re-checked now and then (``runtime.choice.MeasuredChoice``); 0 trusts the plan
     without measuring.  On the threads runtime eager is also measured at the fewer intra-op
-    threads the plan's streams use (``"eager, 1 thread"``...: ``runtime.baseline``; not with
+    threads the plan's streams use (``"eager (1 thread)"``...: ``runtime.baseline``; not with
     ``deterministic=True``), and the report names the fastest single stream and the
     machine's load (figures timed while it was busy are marked unreliable).  Graphs compiled for autograd (grad enabled and a parameter or
     input requires grad) keep the plan unmeasured.  A graph that communicates is never measured: it

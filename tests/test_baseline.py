@@ -48,7 +48,7 @@ def test_a_measured_choice_over_thread_counts_leaves_the_callers_count(two_threa
     w = torch.randn(64, 64)
     candidates = {"eager": lambda: x @ w, **eager_candidates(lambda: x @ w, "threads", 2,
                                                              cores=2)}
-    assert list(candidates) == ["eager", "eager, 1 thread"]
+    assert list(candidates) == ["eager", "eager (1 thread)"]
     now = [0.0]
     choice = MeasuredChoice(candidates, trials=3, settle_s=0.0,
                             clock=lambda: now.__setitem__(0, now[0] + 1e-4) or now[0])
@@ -109,8 +109,7 @@ def test_the_report_names_the_fastest_single_stream_its_threads_and_the_load():
     assert report.baseline == (label(1), 1)
     assert choice.choice == label(1)  # eager at 1 thread cleared the margin against eager
     assert baseline_text(choice, report.baselines, 2).startswith(
-        "fastest single stream: eager, 1 thread (1 intra-op thread; the caller's count is 2); "
-        "streams 0.93x as fast; load average 0.3 -> 3.1")
+        "fastest single stream: eager (1 thread); streams 0.93x as fast; load average 0.3 -> 3.1")
     # 12 busy core-seconds in 10 s, 8 of them ours: others kept 0.4 cores busy
     figures = report.figures()
     assert (figures["baseline"], figures["baseline_threads"]) == (label(1), 1)

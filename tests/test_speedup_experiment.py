@@ -36,7 +36,7 @@ def test_headlines_give_the_measured_choices_calls_to_a_decision():
 def _row(model: str, measured: float, load, predicted: float = 1.2):
     from experiments.speedup import Row
 
-    return Row(model, 2, 1.0, None, 1.0, 1.0, 1.0, "eager, 1 thread", predicted, measured,
+    return Row(model, 2, 1.0, None, 1.0, 1.0, 1.0, "eager (1 thread)", predicted, measured,
                measured, measured / predicted - 1, "", "eager", 20,
                machine="AMD EPYC, 2 cores, 2 intra-op threads", load=load)
 
@@ -66,12 +66,12 @@ def test_a_figure_timed_while_busy_is_unreliable_and_meets_no_target(capsys):
     # the JSON row keeps the load's figures and the reason
     row = json.loads(json.dumps(rows[0].to_json()))
     assert row["load"]["busy"] is True and row["load"]["others_cores"] == 1.4
-    assert row["unreliable"].startswith("busy: ") and row["baseline"] == "eager, 1 thread"
+    assert row["unreliable"].startswith("busy: ") and row["baseline"] == "eager (1 thread)"
     # the printed table marks the busy row and says why
     print_table(rows)
     out = capsys.readouterr().out
     [gemv_line] = [ln for ln in out.splitlines() if ln.startswith(GEMV)]
-    assert gemv_line.endswith("  1.40*") and "eager, 1 thread" in gemv_line
+    assert gemv_line.endswith("  1.40*") and "eager (1 thread)" in gemv_line
     assert f"* {GEMV}: unreliable, busy: other processes kept 1.40 of 2 cores" in out
     assert "* moe" not in out
     assert "machine: AMD EPYC, 2 cores, 2 intra-op threads" in out
@@ -81,7 +81,7 @@ def test_the_baseline_time_is_the_fastest_single_streams():
     from autostream.runtime.machine import Load
 
     row = _row("m", 1.0, Load(2, 0.1, 0.1, 0.0, 1.0))
-    row.eager_threads_ms = {"eager, 1 thread": 0.4}
-    assert row.baseline == "eager, 1 thread" and row.baseline_ms == 0.4
+    row.eager_threads_ms = {"eager (1 thread)": 0.4}
+    assert row.baseline == "eager (1 thread)" and row.baseline_ms == 0.4
     row.baseline = "eager"
     assert row.baseline_ms == row.eager_ms

@@ -188,15 +188,15 @@ def speedup_words(measured: float, baseline: str, load: Load | None) -> str:
     the reason on a busy one (``runtime.machine``: never a result there).
 
     >>> from autostream.runtime.machine import Load
-    >>> speedup_words(1.21, "eager, 1 thread", Load(2, 0.3, 0.9, 0.02, 9.0))
-    'measured speed-up 1.21x over the best single stream (eager, 1 thread)'
+    >>> speedup_words(1.21, "eager (1 thread)", Load(2, 0.3, 0.9, 0.02, 9.0))
+    'measured speed-up 1.21x over the best single stream, eager (1 thread)'
     >>> speedup_words(7.01, "eager", Load(2, 3.1, 3.1, 1.4, 9.0))
-    'speed-up unreliable, busy: other processes kept 1.40 of 2 cores busy during the timing (load average 3.1 on 2 cores); the plan ran 7.01x as fast as the best single stream (eager) meanwhile: rerun on a quiet machine'
+    'speed-up unreliable, busy: other processes kept 1.40 of 2 cores busy during the timing (load average 3.1 on 2 cores); the plan ran 7.01x as fast as the best single stream, eager, meanwhile: rerun on a quiet machine'
     """
     if load is not None and load.busy:
         return (f"speed-up unreliable, {load.reason}; the plan ran {measured:.2f}x as fast as "
-                f"the best single stream ({baseline}) meanwhile: rerun on a quiet machine")
-    return f"measured speed-up {measured:.2f}x over the best single stream ({baseline})"
+                f"the best single stream, {baseline}, meanwhile: rerun on a quiet machine")
+    return f"measured speed-up {measured:.2f}x over the best single stream, {baseline}"
 
 
 def _measure(model: Any, inputs: tuple[Any, ...], args: argparse.Namespace) -> CpuRun:

@@ -75,9 +75,9 @@ def label(threads: int) -> str:
     """The candidate's name: eager at ``threads`` intra-op threads.
 
     >>> label(1), label(4)
-    ('eager, 1 thread', 'eager, 4 threads')
+    ('eager (1 thread)', 'eager (4 threads)')
     """
-    return f"eager, {threads} thread{'s' * (threads != 1)}"
+    return f"eager ({threads} thread{'s' * (threads != 1)})"
 
 
 def at_threads(fn: Callable[..., Any], threads: int) -> Callable[..., Any]:
@@ -111,7 +111,7 @@ def eager_candidates(fn: Callable[..., Any], runtime: str, streams: int,
     ``deterministic=True``.
 
     >>> sorted(eager_candidates(abs, "threads", 2, caller=2, cores=2))
-    ['eager, 1 thread']
+    ['eager (1 thread)']
     >>> eager_candidates(abs, "threads", 2, deterministic=True, caller=2, cores=2)
     {}
     """
@@ -134,7 +134,7 @@ def fastest_single(choice: MeasuredChoice | None, names: tuple[str, ...],
     ...                         trials=1, settle_s=0.0, clock=lambda: now[0])
     >>> _ = [choice(0) for _ in range(4)]
     >>> fastest_single(choice, ("eager", label(1)), caller_threads=2)
-    ('eager, 1 thread', 1)
+    ('eager (1 thread)', 1)
     """
     timings = choice.timings if choice is not None else {}
     measured = [n for n in names if n in timings]
@@ -152,8 +152,9 @@ def baseline_text(choice: MeasuredChoice, names: tuple[str, ...], caller_threads
         return ""
     name, threads = best
     timings = choice.timings
-    text = (f"fastest single stream: {name} ({threads} intra-op thread{'s' * (threads != 1)};"
-            f" the caller's count is {caller_threads})")
+    text = f"fastest single stream: {name}"
+    if not hasattr(choice.candidates[name], "intra_op_threads"):
+        text += f" (the caller's {threads} intra-op thread{'s' * (threads != 1)})"
     if "streams" in timings:
         text += f"; streams {timings[name].median / timings['streams'].median:.2f}x as fast"
     return text + (f"; {choice.load}" if choice.load is not None else "")
