@@ -25,9 +25,11 @@ from autostream.planning.lift import LiftedPlan, LiftError, lift_plan
 from autostream.planning.plan import Plan
 from autostream.report.latest import announce, tell
 from autostream.report.summary import outcome_text, plan_lines
+from autostream.runtime.baseline import baseline_text, eager_candidates, fastest_single
 from autostream.runtime.capturable import capture_refusal
 from autostream.runtime.choice import MeasuredChoice
 from autostream.runtime.graphed import OUTPUT_POLICIES
+from autostream.runtime.machine import read as read_machine
 from autostream.runtime.sanitizer import SanitizerConfig
 from autostream.runtime.select import (
     check_runtime_device,
@@ -75,7 +77,10 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     calls per candidate), and every later call uses the plan only if it measured at
     least 5% faster than the fallback, the spread of the rounds included; the choice
     is re-checked now and then (``runtime.choice.MeasuredChoice``); 0 trusts the plan
-    without measuring.  Graphs compiled for autograd (grad enabled and a parameter or
+    without measuring.  On the threads runtime eager is also measured at the fewer intra-op
+    threads the plan's streams use (``"eager (1 thread)"``...: ``runtime.baseline``; not with
+    ``deterministic=True``), and the report names the fastest single stream and the
+    machine's load (figures timed while it was busy are marked unreliable).  Graphs compiled for autograd (grad enabled and a parameter or
     input requires grad) keep the plan unmeasured.  A graph that communicates is never measured: it
     keeps the plan when one was applied, else the fallback (ranks would time it
     differently, and agreeing would take a collective of the library's own).
@@ -233,15 +238,19 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
                 gm, "graph", outputs=graph_outputs)))
             default = "graph1"
         singles["eager"] = gm.forward
+        if applied:  # eager at the plan's other thread counts (runtime/baseline.py)
+            singles.update(eager_candidates(gm.forward, current["kind"], report.streams_used,
+                                            deterministic))
         if fallback == "inductor":
             singles["inductor"] = _inductor(gm, example_inputs)
         if not applied and (len(singles) == 1 or measure == 0):
             report.kept, report.not_measured = default, "no plan to measure"
             return singles[default]
+        report.baselines = tuple(singles)
         plan_name = "graph" if current["kind"] == "graph" else "streams"
         candidates = {plan_name: compiled, **singles} if applied else singles
         choice = MeasuredChoice(candidates, trials=measure, default=default,
-                                on_choice=lambda *_: _chosen(report))
+                                on_choice=lambda *_: _chosen(report), read_machine=read_machine)
         report.choice = choice
         choices.append(choice)
         return choice
@@ -276,6 +285,11 @@ class BackendReport:
     #: what runs when nothing is measured, and why nothing is (``choice`` is then ``None``)
     kept: str = ""
     not_measured: str = ""
+    #: the measured single-stream candidates (the one-stream graph, eager at the caller's
+    #: and other intra-op thread counts, Inductor), and the caller's count when the graph
+    #: compiled
+    baselines: tuple[str, ...] = ()
+    caller_threads: int = field(default_factory=torch.get_num_threads)
     #: the runtime the graph runs on, why not the graph runtime where it was asked for,
     #: and the graph runners built, labelled (their captures, replays and refusals)
     runtime: str = ""
@@ -308,6 +322,18 @@ class BackendReport:
         return "" if r is None else r.reason
 
     @property
+    def streams_used(self) -> int:
+        """Streams of what runs the plan: the lifted plan's, else the ATen plan's."""
+        if isinstance(self.lift, LiftedPlan):
+            return self.lift.streams_used
+        return self.plan.schedule.streams_used if self.plan is not None else 1
+
+    @property
+    def baseline(self) -> tuple[str, int] | None:
+        """The fastest measured single-stream candidate and its intra-op threads."""
+        return fastest_single(self.choice, self.baselines, self.caller_threads)
+
+    @property
     def log_level(self) -> int:
         return max((r.outcome.log_level for r in self.passes), default=logging.INFO)
 
@@ -332,6 +358,8 @@ class BackendReport:
             lines.append(f"  {where}")
         lines += [f"  {line}" for line in self.runtime_lines()]
         lines.append(f"  {self.measured_line()}")
+        if self.baseline is not None:
+            lines.append(f"  {baseline_text(self.choice, self.baselines, self.caller_threads)}")
         return "\n".join(lines)
 
     def runtime_lines(self) -> list[str]:
@@ -348,7 +376,9 @@ class BackendReport:
         """The measured choice in words (or why nothing was measured, and what runs)."""
         if self.choice is not None:
             gap = self.prediction_check()
-            return self.choice.describe() + (f"; {gap[0]}" if gap else "")
+            load = self.choice.load
+            busy = f"unreliable ({load.reason}): " if load is not None and load.busy else ""
+            return busy + self.choice.describe() + (f"; {gap[0]}" if gap else "")
         return f"not measured: {self.not_measured}; runs {self.kept}"
 
     def prediction_check(self) -> tuple[str, bool] | None:
@@ -378,6 +408,11 @@ class BackendReport:
                                   for n, t in self.choice.timings.items()}
             out["kept"] = self.choice.choice
             out["calls_to_decision"] = self.choice.calls_to_decision
+            best = self.baseline
+            if best is not None:
+                out["baseline"], out["baseline_threads"] = best
+            if self.choice.load is not None:
+                out["load"] = self.choice.load.figures()
         else:
             out["kept"] = self.kept
         if self.runtime:
@@ -430,11 +465,13 @@ def _runtime_for(runtime: str, gm: torch.fx.GraphModule, example_inputs: Sequenc
 
 
 def _chosen(report: BackendReport) -> None:
-    """Tell the measured choice; warn when the cost table is far from the measurement."""
+    """Tell the measured choice; warn when the cost table is far from the measurement (not
+    when the machine was busy: the load, not the table, is then the likelier cause)."""
     tell(f"autostream: {report.measured_line()}")
     check = report.prediction_check()
     main = report.pass_report
-    if check is not None and check[1] and main is not None:
+    load = report.choice.load if report.choice is not None else None
+    if check is not None and check[1] and main is not None and not (load and load.busy):
         log.warning("autostream: the cost table %s is far from this machine: %s; plans rest "
                     "on its figures: measure the model here with `autostream calibrate SPEC "
                     "--device %s --out my.json` and pass cost_table='my.json'",

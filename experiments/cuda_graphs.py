@@ -228,13 +228,16 @@ def line(row: Row) -> str:
 
 
 def headlines(rows: Sequence[Row], machine: str) -> list[Any]:
-    """The issue's targets, from the rows measured in this run."""
+    """The issue's targets, from the rows measured in this run on ``machine`` (the GPU)."""
+    from functools import partial
+
     from experiments.headline import Headline
 
+    Headline = partial(Headline, machine=machine)  # noqa: N806 - every row names the GPU
     out = []
     g1 = next((r for r in rows if r.model == "googlenet" and r.batch == 1), None)
     if g1 is not None:
-        out.append(Headline(f"GoogLeNet batch 1 on {machine}: autostream's graph over the "
+        out.append(Headline(f"GoogLeNet batch 1: autostream's graph over the "
                             f"one-stream graph (rounds {min(g1.measured_rounds):.2f}-"
                             f"{max(g1.measured_rounds):.2f})", f"{g1.measured:.2f}x",
                             f">= {GOOGLENET_TARGET}x (Opara 1.70x)",
@@ -264,6 +267,12 @@ def headlines(rows: Sequence[Row], machine: str) -> list[Any]:
     out.append(Headline("outputs bitwise equal to the one-stream graph", f"{equal} of "
                         f"{len(rows)} cases", "all (deterministic kernels)", equal == len(rows)))
     return out
+
+
+def gpu_name(device: torch.device) -> str:
+    """The device and torch, as a headline row names its machine."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return f"{name}, torch {torch.__version__}"
 
 
 def machine_slug(device: torch.device) -> str:
@@ -351,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out / "cuda_graphs.log").write_text(log.getvalue())
     from experiments.headline import record
 
-    record(__file__, headlines(rows, machine_slug(device)))
+    record(__file__, headlines(rows, gpu_name(device)))
     return 0 if rows else 1
 
 

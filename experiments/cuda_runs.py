@@ -21,6 +21,7 @@ method as the scripts that took them:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,14 @@ def graphs_table(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def machine_of(run: Path) -> str:
+    """The lent machine a kept run was measured on: its README's first clause."""
+    readme = run / "README.md"
+    text = readme.read_text().strip() if readme.exists() else ""
+    first = re.split(r"[.,]\s", text, maxsplit=1)[0].replace("\n", " ").strip()
+    return f"lent: {first}" if first else f"lent machine of {run.name}"
+
+
 def main() -> None:
     from experiments.headline import Headline, record
 
@@ -116,10 +125,11 @@ def main() -> None:
                 f"speed-up over eager ({len(planned)} zoo models)",
                 f"{worst['plan_measured']:.2f}x ({worst['model']}) to "
                 f"{best['plan_measured']:.2f}x ({best['model']})", ">= 1x",
-                worst["plan_measured"] >= 1.0))
+                worst["plan_measured"] >= 1.0, machine=machine_of(run)))
             kept = sum((r.get("kept") or "") == "eager" for r in planned)
             headlines.append(Headline(f"{run.name}: the measured choice kept eager",
-                                      f"{kept} of {len(planned)} models", "-", None))
+                                      f"{kept} of {len(planned)} models", "-", None,
+                                      machine=machine_of(run)))
         graphs = run / "cuda_graphs.json"
         if graphs.exists():
             from experiments.cuda_graphs import Row
@@ -128,8 +138,10 @@ def main() -> None:
             data = json.loads(graphs.read_text())
             print("\n".join(graphs_table(data)) + "\n")
             rows = [Row(**r) for r in data["rows"]]
-            headlines += [Headline(f"{run.name}: {h.what}", h.measured, h.target, h.met)
-                          for h in graph_headlines(rows, run.name.split("-")[0])]
+            headlines += [Headline(f"{run.name}: {h.what}", h.measured, h.target, h.met,
+                                   machine=h.machine)
+                          for h in graph_headlines(rows, f"{machine_of(run)}, torch "
+                                                         f"{data['torch']}")]
     record(__file__, headlines)
 
 

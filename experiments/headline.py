@@ -3,7 +3,10 @@ how many targets are met, in the README's summary).
 
 Each experiment script ends with :func:`record`, passing rows it computed from what it
 measured in that run (``met`` compares the measured figure with the target; ``None``
-where the row only informs).  ``run_all`` points ``AUTOSTREAM_HEADLINES`` at
+where the row only informs).  A row names the machine its figure was measured on
+(``machine``: ``run_all`` fills in the machine it ran the script on where the script
+did not) and, for a timing, its load; a figure timed while the machine was busy
+(``autostream.runtime.machine``) is ``unreliable``, with the reason, and meets no target.  ``run_all`` points ``AUTOSTREAM_HEADLINES`` at
 ``experiments/headlines/``, where each script's rows land as ``<script>.json``, and
 renders them all as one table.  A script run by hand prints its rows to stderr and
 writes nothing, so a partial run never replaces the rows of a full one.
@@ -38,11 +41,27 @@ class Headline:
     target: str
     #: computed from the measured figure; ``None``: informational, no target to meet
     met: bool | None
+    #: the machine the figure was measured on, and its load while timed ("" unknown)
+    machine: str = ""
+    #: why the figure is unreliable (the machine was busy while it was timed); such a
+    #: figure never meets its target: ``met`` is then ``False`` (or ``None``)
+    unreliable: str = ""
 
     def __post_init__(self) -> None:
         if self.met is not None and not isinstance(self.met, bool):
             raise TypeError(f"Headline.met must be True, False or None, got {self.met!r} "
                             "(wrap a comparison of numpy values in bool())")
+        if self.unreliable and self.met:
+            object.__setattr__(self, "met", False)
+
+    @property
+    def shown(self) -> str:
+        """The measured figure as printed: marked when unreliable.
+
+        >>> Headline("x", "7.01x", ">= 1.3x", True, unreliable="busy: load 3.1").shown
+        '7.01x (unreliable, busy: load 3.1)'
+        """
+        return f"{self.measured} (unreliable, {self.unreliable})" if self.unreliable else self.measured
 
 
 def record(script: str, rows: Sequence[Headline]) -> Path | None:
@@ -64,17 +83,19 @@ def load(path: Path) -> list[Headline]:
 
 
 def markdown(rows: Sequence[Headline], runs: Sequence[str] | None = None) -> str:
-    """One markdown table: what | measured | target | met (| run: each row's run, when given).
+    """One markdown table: what | measured | target | met (| run | machine: each row's run
+    and machine, when runs are given).  An unreliable figure says so and why.
 
-    >>> print(markdown([Headline("x", "1", "-", None)], runs=["2026-12-04 15:00 UTC"]))
-    | what | measured | target | met | run |
-    |---|---|---|---|---|
-    | x | 1 | - | - | 2026-12-04 15:00 UTC |
+    >>> print(markdown([Headline("x", "1", "-", None, "AMD EPYC, 2 cores")],
+    ...                runs=["2026-12-04 15:00 UTC"]))
+    | what | measured | target | met | run | machine |
+    |---|---|---|---|---|---|
+    | x | 1 | - | - | 2026-12-04 15:00 UTC | AMD EPYC, 2 cores |
     """
-    lines = ["| what | measured | target | met |" + (" run |" if runs is not None else ""),
-             "|---|---|---|---|" + ("---|" if runs is not None else "")]
+    lines = ["| what | measured | target | met |" + (" run | machine |" if runs is not None else ""),
+             "|---|---|---|---|" + ("---|---|" if runs is not None else "")]
     for i, r in enumerate(rows):
-        cells = (r.what, r.measured, r.target, MET[r.met],
-                 *((runs[i],) if runs is not None else ()))
+        cells = (r.what, r.shown, r.target, MET[r.met],
+                 *((runs[i], r.machine or "-") if runs is not None else ()))
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)

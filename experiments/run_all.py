@@ -8,7 +8,8 @@ records its headline rows (``experiments.headline``) in ``experiments/headlines/
 all of them make one table at the top of ``RESULTS.md``, and a summary (per
 experiment: its targets met and its first row) goes between the markers
 ``<!-- results:begin -->`` and ``<!-- results:end -->`` of ``README.md`` (when both
-are there).  With ``--only``, the other experiments keep their sections and headline
+are there).  Every row names the machine it was measured on: the script's own words
+(with the load while it timed, or a lent GPU's), else the machine ``run_all`` ran it on.  With ``--only``, the other experiments keep their sections and headline
 rows from earlier runs (sections marked "earlier run").  Figures a script writes into
 ``experiments/figures/`` during its run and does not link itself are linked under its
 section.  A missing script is listed as not run; a failing one gets its error tail,
@@ -22,16 +23,18 @@ and ``run_all`` exits 1.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+from autostream.runtime.machine import this_machine
 from experiments import headline
 from experiments.headline import Headline
 
@@ -203,6 +206,7 @@ def run_experiment(exp: Experiment, quick: bool, timeout_s: float) -> Outcome:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         err = f"timed out after {timeout_s:.0f} s"
     seconds = time.time() - t0
+    stamp_machine(headlines_of(exp), row_machine())
     fresh = sorted(p.name for p in FIGURES.glob("*.png") if p.stat().st_mtime >= t0 - 1)
     print(f"  {exp.script}: exit {code} in {seconds:.0f} s", file=sys.stderr, flush=True)
     return Outcome(exp, cmd, code, seconds, out, err, tuple(fresh), when=when)
@@ -271,6 +275,8 @@ def _section_body(o: Outcome) -> str:
 
 
 def machine() -> str:
+    """This machine in words: CPU model, cores, intra-op threads (``runtime.machine``), OS,
+    Python, torch, GPU."""
     try:
         import torch
 
@@ -278,8 +284,24 @@ def machine() -> str:
         accel = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
     except Exception:  # noqa: BLE001 - describing the machine must not fail the run
         torch_v, accel = "unknown", "unknown"
-    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPU cores, "
+    return (f"{this_machine()}, {platform.system()} {platform.machine()}, "
             f"Python {platform.python_version()}, torch {torch_v}, {accel}")
+
+
+def row_machine() -> str:
+    """The machine named beside each row a script records without one."""
+    return str(this_machine())
+
+
+def stamp_machine(path: Path, where: str) -> None:
+    """Name ``where`` as the machine of the rows a script recorded in ``path`` without one."""
+    if not path.is_file():
+        return
+    rows = headline.load(path)
+    if all(r.machine for r in rows):
+        return
+    path.write_text(json.dumps([asdict(replace(r, machine=r.machine or where)) for r in rows],
+                               indent=2) + "\n")
 
 
 def headlines_of(exp: Experiment) -> Path:
@@ -324,18 +346,21 @@ def summary_table(outcomes: list[Outcome]) -> str:
     >>> e = Experiment("x.py", "X", "")
     >>> o = Outcome(e, [], 0, 1.0, "", "", ())
     >>> print(summary_table([o]))  # doctest: +NORMALIZE_WHITESPACE
-    | experiment | targets met | first figure |
-    |---|---|---|
-    | X | - | X: no headline rows recorded: ok |
+    | experiment | targets met | first figure | measured on |
+    |---|---|---|---|
+    | X | - | X: no headline rows recorded: ok | - |
     """
-    lines = ["| experiment | targets met | first figure |", "|---|---|---|"]
+    lines = ["| experiment | targets met | first figure | measured on |", "|---|---|---|---|"]
     for o, rows in headline_groups(outcomes):
         judged = [r.met for r in rows if r.met is not None]
         met = f"{sum(judged)} of {len(judged)}" if judged else "-"
+        unreliable = sum(bool(r.unreliable) for r in rows)
+        met += f" ({unreliable} unreliable: busy)" if unreliable else ""
         first = rows[0]
         target = f" (target {first.target})" if first.target not in ("-", "") else ""
-        cell = f"{first.what}: {first.measured}{target}".replace("|", "\\|")
-        lines.append(f"| {o.experiment.title} | {met} | {cell} |")
+        cell = f"{first.what}: {first.shown}{target}".replace("|", "\\|")
+        on = (first.machine or "-").replace("|", "\\|")
+        lines.append(f"| {o.experiment.title} | {met} | {cell} | {on} |")
     return "\n".join(lines)
 
 

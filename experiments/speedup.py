@@ -5,7 +5,13 @@ autostream (``autostream.backend(runtime=...)``, default: threads on CPU) are ti
 alternately, one timed call of each per round, median over ``--runs`` rounds after
 ``--warmup`` rounds; before each timed call the same variant runs untimed for
 ``--settle-ms`` (the OpenMP threads of the previous variant spin for several ms).
-The baseline is the best single-stream variant (eager or Inductor).  ``as-seq`` is
+The baseline is the best single-stream variant: eager at each intra-op thread count
+from 1 to the count the plan uses in all (the caller's, and fewer: one thread per stream
+can beat eager's two only because eager's OpenMP threads wait for each other;
+``autostream/runtime/baseline.py``), or Inductor.  Each row names the machine and its
+load while it was timed; a row timed while the machine was busy
+(``autostream/runtime/machine.py``) is marked unreliable, and a headline drawn from it
+meets no target.  ``as-seq`` is
 the same rewritten graph on the sequential runtime (stream ops as no-ops; the plan
 lifted to Dynamo's graph where ``autostream.planning.lift`` allows): the gap between it and
 the baseline is the interpreter's overhead, the gap between it and autostream the
@@ -40,7 +46,7 @@ import json
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -51,10 +57,12 @@ import autostream
 from autostream.models.zoo import ZOO, random_dag_model, two_branch_gemv
 from autostream.planning.lift import LiftedPlan
 from autostream.planning.plan import PlanOptions, load_cost_model, predicted_speedup_over_eager
-from autostream.runtime import make_runner
+from autostream.runtime import make_runner, select_runtime
+from autostream.runtime.baseline import eager_candidates
 from autostream.runtime.builder import two_chains
 from autostream.runtime.choice import SETTLE_S
-from autostream.runtime.timing import machine_load, method, time_alternating
+from autostream.runtime.machine import Load, LoadWatch, this_machine, worst
+from autostream.runtime.timing import method, time_alternating
 from experiments.headline import Headline, record
 
 #: the deep GEMV pair, and its target speed-up; no model may lose more than FLOOR;
@@ -114,6 +122,26 @@ class Row:
     error_vs_eager: float = float("nan")
     #: ``torch.compile`` with Dynamo's identity backend: what any backend costs per call
     dynamo_ms: float | None = None
+    #: eager at the other intra-op thread counts the plan could use, ms by candidate name
+    eager_threads_ms: dict[str, float] = field(default_factory=dict)
+    #: the machine, and its load while the row was timed (``None``: not read)
+    machine: str = ""
+    load: Load | None = None
+
+    @property
+    def baseline_ms(self) -> float:
+        """The fastest single stream's median ms (the baseline's)."""
+        return {"eager": self.eager_ms, "inductor": self.inductor_ms,
+                **self.eager_threads_ms}.get(self.baseline) or float("nan")
+
+    @property
+    def unreliable(self) -> str:
+        """Why the row's figures are unreliable ("" when the machine was not busy)."""
+        return self.load.reason if self.load is not None else ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "load": self.load.figures() if self.load else None,
+                "unreliable": self.unreliable}
 
 
 def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
@@ -156,15 +184,20 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
         choices = results["autostream"][1].measured_choices
         kept = choices[0].choice if choices else "eager"
         calls = choices[0].calls_to_decision if choices else None
+        # what runs: the plan lifted to Dynamo's graph where it could be, else the ATen plan
+        plan = report.plan if (report is not None and report.applied) else None
+        if lifts and isinstance(lifts[-1], LiftedPlan):
+            plan = lifts[-1]
+        streams = plan.schedule.streams_used if plan is not None else 1
+        threads = eager_candidates(model, select_runtime(args.runtime, inputs), streams)
+        variants.update({k: partial(fn, *inputs) for k, fn in threads.items()})
+        watch = LoadWatch()
         medians = time_alternating(variants, args.runs, args.warmup, device,
                                    args.settle_ms / 1e3)
+        load = watch.load()
     torch._dynamo.reset()
-    singles = {k: medians[k] for k in ("eager", "inductor") if k in medians}
+    singles = {k: medians[k] for k in ("eager", *threads, "inductor") if k in medians}
     baseline = min(singles, key=singles.get)
-    # what runs: the plan lifted to Dynamo's graph where it could be, else the ATen plan
-    plan = report.plan if (report is not None and report.applied) else None
-    if lifts and isinstance(lifts[-1], LiftedPlan):
-        plan = lifts[-1]
     # over eager, so torch.compile's own per-call cost counts (see predicted_speedup_over_eager)
     compile_call_us = load_cost_model(args.cost_table).compile_call_us
     if plan is not None:
@@ -175,7 +208,6 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
         predicted = predicted_speedup_over_eager(single_us, single_us, compile_call_us)
     else:
         predicted = 1.0
-    streams = plan.schedule.streams_used if plan is not None else 1
     reason = report.reason if report is not None else "no graph captured"
     if lifts:
         lifted = lifts[-1]
@@ -194,7 +226,8 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
         baseline=baseline, predicted=predicted, plan_measured=plan_measured, measured=measured,
         error=plan_measured / predicted - 1.0, kept=kept, calls=calls,
         error_vs_eager=(medians["eager"] / medians["plan"]) / predicted - 1.0,
-        reason=reason,
+        reason=reason, eager_threads_ms={k: medians[k] * 1e3 for k in threads},
+        machine=str(this_machine()), load=load,
     )
 
 
@@ -211,32 +244,37 @@ def measure_probe(args: argparse.Namespace, depth: int = 8) -> list[Row]:
     seq = make_runner(gm1, "sequential")
     threads = make_runner(gm2, args.runtime)
     torch.testing.assert_close(threads(*inputs)[0], gm1(*inputs)[0])
-    variants = {"eager": lambda: gm1(*inputs), "as_seq": lambda: seq(*inputs),
-                "autostream": lambda: threads(*inputs)}
+    eager = {"eager": gm1, **eager_candidates(gm1, select_runtime(args.runtime, inputs), 2)}
+    variants = {**{k: partial(fn, *inputs) for k, fn in eager.items()},
+                "as_seq": lambda: seq(*inputs), "autostream": lambda: threads(*inputs)}
     plain = _PlainThreads(inputs, depth) if device.type == "cpu" else None
     if plain is not None:
         torch.testing.assert_close(plain(), gm1(*inputs)[0])
         variants["plain"] = plain
+    watch = LoadWatch()
     medians = time_alternating(variants, args.runs, args.warmup, device, args.settle_ms / 1e3)
+    load = watch.load()
     threads.close()
-    rows = [Row(model=f"probe_gemv_2x{depth}", streams=2, eager_ms=medians["eager"] * 1e3,
-                inductor_ms=None, as_seq_ms=medians["as_seq"] * 1e3,
+    base = min(eager, key=lambda k: medians[k])
+    common = {"streams": 2, "eager_ms": medians["eager"] * 1e3, "inductor_ms": None,
+              "baseline": base, "predicted": float("nan"), "error": float("nan"),
+              "eager_threads_ms": {k: medians[k] * 1e3 for k in eager if k != "eager"},
+              "machine": str(this_machine()), "load": load}
+    rows = [Row(model=f"probe_gemv_2x{depth}", as_seq_ms=medians["as_seq"] * 1e3,
                 plan_ms=medians["autostream"] * 1e3,
-                autostream_ms=medians["autostream"] * 1e3, baseline="eager",
-                predicted=float("nan"), plan_measured=medians["eager"] / medians["autostream"],
-                measured=medians["eager"] / medians["autostream"], error=float("nan"),
+                autostream_ms=medians["autostream"] * 1e3,
+                plan_measured=medians[base] / medians["autostream"],
+                measured=medians[base] / medians["autostream"],
                 reason="hand-written 2-stream plan on autostream's runtime (no planner, "
-                       "no prediction)")]
+                       "no prediction)", **common)]
     if plain is not None:
         plain.close()
-        rows.append(Row(model=f"threads_gemv_2x{depth}", streams=2,
-                        eager_ms=medians["eager"] * 1e3, inductor_ms=None,
-                        as_seq_ms=float("nan"), plan_ms=medians["plain"] * 1e3,
-                        autostream_ms=float("nan"), baseline="eager", predicted=float("nan"),
-                        plan_measured=medians["eager"] / medians["plain"],
-                        measured=float("nan"), error=float("nan"),
+        rows.append(Row(model=f"threads_gemv_2x{depth}", as_seq_ms=float("nan"),
+                        plan_ms=medians["plain"] * 1e3, autostream_ms=float("nan"),
+                        plan_measured=medians[base] / medians["plain"],
+                        measured=float("nan"),
                         reason="the same chains on two plain Python threads, no autostream "
-                               "(this run's ceiling for two such branches)"))
+                               "(this run's ceiling for two such branches)", **common))
     return rows
 
 
@@ -287,8 +325,8 @@ def cell(value: float | None, width: int, digits: int) -> str:
 
 def print_table(rows: list[Row]) -> None:
     head = (f"{'model':<20} {'str':>3} {'eager':>8} {'dynamo':>8} {'inductor':>9} {'as-seq':>8} "
-            f"{'plan':>8} {'autostrm':>9} {'base':>8} {'pred':>6} {'plan x':>7} {'error':>7} {'err/eag':>7} "
-            f"{'kept':>8} {'calls':>5} {'autostrm x':>10}")
+            f"{'plan':>8} {'autostrm':>9} {'base':>16} {'base ms':>8} {'pred':>6} {'plan x':>7} {'error':>7} {'err/eag':>7} "
+            f"{'kept':>16} {'calls':>5} {'autostrm x':>10} {'others':>7}")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -298,9 +336,10 @@ def print_table(rows: list[Row]) -> None:
                       else f"{'n/a':>7}")
         print(f"{r.model:<20} {r.streams:>3} {r.eager_ms:8.3f} {cell(r.dynamo_ms, 8, 3)} "
               f"{cell(r.inductor_ms, 9, 3)} {cell(r.as_seq_ms, 8, 3)} "
-              f"{r.plan_ms:8.3f} {cell(r.autostream_ms, 9, 3)} {r.baseline:>8} {pred} "
-              f"{r.plan_measured:7.2f} {err} {r.kept:>8} "
-              f"{r.calls if r.calls is not None else '-':>5} {cell(r.measured, 10, 2)}")
+              f"{r.plan_ms:8.3f} {cell(r.autostream_ms, 9, 3)} {r.baseline:>16} {cell(r.baseline_ms, 8, 3)} {pred} "
+              f"{r.plan_measured:7.2f} {err} {r.kept:>16} "
+              f"{r.calls if r.calls is not None else '-':>5} {cell(r.measured, 10, 2)} "
+              f"{cell(r.load.others if r.load else None, 6, 2)}{'*' if r.unreliable else ' '}")
     print("times: median ms per call. dynamo: torch.compile with Dynamo's identity backend, the "
           "per-call floor of any backend (not a baseline). "
           "plan: the multi-stream plan on the runtime; autostrm: the "
@@ -309,38 +348,62 @@ def print_table(rows: list[Row]) -> None:
           "pred: over the eager graph, torch.compile's per-call cost (cost table: "
           "compile_call_us) included; "
           "error: plan x vs pred; err/eag: (eager / plan) vs pred, the error of the cost "
-          "model alone (the prediction is over the eager graph, Inductor's fusion aside)")
+          "model alone (the prediction is over the eager graph, Inductor's fusion aside). "
+          "base: the fastest single stream, eager at each intra-op thread count the plan could "
+          "use ('eager': the caller's count) or Inductor. others: cores other processes kept "
+          "busy during the row's timing")
+    busy = [r for r in rows if r.unreliable]
+    for r in busy:
+        print(f"* {r.model}: unreliable, {r.unreliable}: its speed-ups are not results")
+    machines = sorted({r.machine for r in rows if r.machine})
+    if machines:
+        print(f"machine: {'; '.join(machines)}")
+
+
+def measured_on(rows: list[Row]) -> dict[str, str]:
+    """``Headline``'s ``machine`` and ``unreliable`` for a figure drawn from ``rows``: the
+    machine and the busiest row's load; unreliable when any row was timed while busy."""
+    load = worst(r.load for r in rows)
+    machines = "; ".join(sorted({r.machine for r in rows if r.machine}))
+    where = "; ".join(x for x in (machines, str(load) if load else "") if x)
+    busy = [r for r in rows if r.unreliable]
+    why = (busy[0].unreliable + (f"; {len(busy)} of {len(rows)} rows timed while busy"
+                                 if len(rows) > 1 else "") if busy else "")
+    return {"machine": where, "unreliable": why}
 
 
 def headlines(rows: list[Row], device: str) -> list[Headline]:
     """The GEMV pair's speed-up, the lowest speed-up of any model, the prediction error:
-    over the rows the backend planned (the hand-written probes aside)."""
+    over the rows the backend planned (the hand-written probes aside).  Each names the
+    machine and load of its rows; a figure from a row timed while the machine was busy is
+    unreliable and meets no target."""
     planned = [r for r in rows if r.predicted == r.predicted]
     out = []
     gemv = next((r for r in planned if r.model == GEMV), None)
     if gemv is not None:
         out.append(Headline(f"two GEMV branches ({GEMV}, {device}): measured speed-up",
                             f"{gemv.measured:.2f}x", f">= {GEMV_TARGET:g}x",
-                            gemv.measured >= GEMV_TARGET))
+                            gemv.measured >= GEMV_TARGET, **measured_on([gemv])))
     if planned:
         low = min(planned, key=lambda r: r.measured)
         out.append(Headline(f"measured speed-up, lowest of {len(planned)} models ({device})",
                             f"{low.measured:.2f}x ({low.model})", f">= {FLOOR:g}x",
-                            low.measured >= FLOOR))
+                            low.measured >= FLOOR, **measured_on(planned)))
     decided = [r for r in planned if r.calls is not None]
     if decided:
         most = max(decided, key=lambda r: r.calls)
         out.append(Headline(f"measured choice: calls to a decision ({len(decided)} models, "
                             f"{device})", f"{min(r.calls for r in decided)}-{most.calls} "
-                            f"({most.model})", "informational", None))
+                            f"({most.model})", "informational", None, **measured_on(decided)))
     multi = [r for r in planned if r.streams > 1]
     if multi:
-        worst = max(multi, key=lambda r: abs(r.error))
+        far = max(multi, key=lambda r: abs(r.error))
         within = sum(abs(r.error) <= PREDICTION for r in multi)
         out.append(Headline(f"predicted against measured speed-up, {len(multi)} multi-stream "
                             f"plans ({device})", f"{within}/{len(multi)} within; worst "
-                            f"{100 * worst.error:+.0f}% ({worst.model})",
-                            f"within {100 * PREDICTION:g}%", within == len(multi)))
+                            f"{100 * far.error:+.0f}% ({far.model})",
+                            f"within {100 * PREDICTION:g}%", within == len(multi),
+                            **measured_on(multi)))
     return out
 
 
@@ -370,21 +433,21 @@ def main(argv: list[str] | None = None) -> int:
           f"runtime={args.runtime}, max_streams={args.max_streams}, solver={args.solver}, "
           f"fallback={args.fallback}, "
           f"cost_table={args.cost_table or 'default'}", flush=True)
-    print(f"timing: {method(args.runs, args.warmup, args.settle_ms / 1e3)}; {machine_load()}",
-          flush=True)
+    print(f"timing: {method(args.runs, args.warmup, args.settle_ms / 1e3)}; machine: "
+          f"{this_machine()}; each row's load is read during its own timing", flush=True)
     rows = []
     if not args.no_probe:
         for row in measure_probe(args):
             rows.append(row)
-            print(f"  {row.model}: {row.reason}", flush=True)
+            print(f"  {row.model}: {row.reason}; {row.load}", flush=True)
     for name, factory in table.items():
         row = measure_model(name, factory, args)
         rows.append(row)
-        print(f"  {name}: {row.reason}", flush=True)
+        print(f"  {name}: {row.reason}; {row.load}", flush=True)
     print()
     print_table(rows)
     if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in rows], indent=2))
+        args.json.write_text(json.dumps([r.to_json() for r in rows], indent=2))
     record(__file__, headlines(rows, args.device))
     return 0
 

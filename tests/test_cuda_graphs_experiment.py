@@ -45,7 +45,8 @@ def test_headlines_follow_the_targets():
                             auto_us=1.0, measured=0.98, predicted=1.1, error=0.98 / 1.1 - 1,
                             kept="graph1", bitwise=False, measured_rounds=[0.98])]
     heads = {h.what.split(" (")[0].split(":")[0]: h for h in cuda_graphs.headlines(rows, "h200")}
-    assert heads["GoogLeNet batch 1 on h200"].met is True
+    assert heads["GoogLeNet batch 1"].met is True
+    assert heads["GoogLeNet batch 1"].machine == "h200"
     assert heads["MoE decode layers at 1-8 tokens"].met is False
     assert heads["outputs bitwise equal to the one-stream graph"].measured == "1 of 2 cases"
     errors = next(h for h in heads.values() if "median |error|" in h.what)

@@ -49,4 +49,5 @@ def test_a_kept_cuda_graphs_run_renders_with_its_spread_and_headlines(tmp_path, 
     cuda_runs.main()
     googlenet = next(h for h in recorded if "GoogLeNet batch 1" in h.what)
     assert googlenet.measured == "1.70x" and googlenet.met is True
-    assert googlenet.what.startswith("h200-2026-12-05: GoogLeNet batch 1 on h200")
+    assert googlenet.what.startswith("h200-2026-12-05: GoogLeNet batch 1")
+    assert googlenet.machine.endswith("torch 2.11.0")

@@ -37,15 +37,26 @@ def test_demo_plans_for_both_devices_measures_on_cpu_and_says_what_it_applied(
         assert (tmp_path / "demo" / table / "table.md").read_text().count("\n| ") >= 3
         assert re.search(rf"^- {device}: \w+ would run the MoE layer on \d+ streams", out,
                          flags=re.M)
-    assert re.search(r"measured speed-up \d+\.\d\dx .* predicted \d+\.\d\dx", out)
-    # one timing method with experiments/speedup.py, said, with the machine's load
+    # a result on a quiet machine, marked unreliable on a busy one, against the fastest of
+    # eager (at each thread count the plan could use) and the compiled graph on one stream
+    assert re.search(r"^(measured speed-up \d+\.\d\dx over|speed-up unreliable, busy: .+; the "
+                     r"plan ran \d+\.\d\dx as fast as) the best single stream, (eager|eager "
+                     r"\(\d+ threads?\)|compiled, 1 stream)[;,].*; predicted \d+\.\d\dx", out,
+                     flags=re.M)
+    # one timing method with experiments/speedup.py, said, with the machine and its load
     assert re.search(r"^timing: median of 5 interleaved rounds after 5 warm-up rounds, one "
                      r"timed call of each variant per round after 20 ms of its own untimed "
-                     r"calls \(the method of experiments/speedup.py\); load average ", out,
-                     flags=re.M)
+                     r"calls \(the method of experiments/speedup.py\)$", out, flags=re.M)
+    machine = re.search(r"^machine: .+, \d+ cores?, (\d+) intra-op threads?; load average ", out,
+                        flags=re.M)
+    assert machine is not None
+    if int(machine.group(1)) > 1:  # eager on one thread, as each stream runs
+        assert re.search(r"^measured on CPU threads \(median us\): eager [\d,]+, eager \(1 "
+                         r"thread\) [\d,]+, ", out, flags=re.M)
     assert "outputs equal eager: yes" in out
     applied = re.search(r"^pass: \d+ streams", out, flags=re.M) is not None
-    summary = re.search(r"^- This CPU: (.*)$", out, flags=re.M)
+    summary = re.search(r"^- This CPU(?: \(.+?, \d+ intra-op threads?\))?: (.*)$", out,
+                        flags=re.M)
     assert summary is not None
     assert summary.group(1).startswith("autostream applied" if applied else "the GEMV model was left")
     trace = re.search(r"measured trace \(predicted and measured timelines\): (\S+)", out)
@@ -107,3 +118,20 @@ def test_demo_on_one_stream_without_running_says_so(tmp_path, capsys) -> None:
     assert "up to 1 stream," in out and "1 streams" not in out
     assert out.count("*: proven optimal") == 2  # the star under each table is explained
     assert "- This CPU: not measured (--no-run)." in out
+
+
+def test_the_summary_gives_a_speed_up_timed_while_busy_as_unreliable_never_as_a_result():
+    from autostream.commands.demo import CpuRun, _cpu_line
+    from autostream.runtime.machine import Load
+
+    machine = "AMD EPYC, 2 cores, 2 intra-op threads"
+    busy = _cpu_line(CpuRun(True, "2 streams", 2, 1, 7.01, 1.23, "eager", machine,
+                            Load(2, 3.1, 3.1, 1.3, 9.0)))
+    assert busy.startswith(f"- This CPU ({machine}): autostream applied 2 streams with 1 sync")
+    assert ("speed-up unreliable, busy: other processes kept 1.30 of 2 cores busy during the "
+            "timing (load average 3.1 on 2 cores); the plan ran 7.01x") in busy
+    assert not re.search(r"measured (speed-up )?\d", busy)
+    quiet = _cpu_line(CpuRun(True, "2 streams", 2, 1, 0.85, 1.23, "eager (1 thread)", machine,
+                             Load(2, 0.6, 0.9, 0.02, 9.0)))
+    assert ("measured speed-up 0.85x over the best single stream, eager (1 thread); predicted "
+            "1.23x") in quiet and "docs/cpu-runtime.md" in quiet

@@ -14,6 +14,7 @@ from autostream.backend import BackendReport
 from autostream.fx.capture import capture
 from autostream.models.zoo import two_branch_gemv
 from autostream.passes import AutoStreamPass
+from autostream.runtime.baseline import eager_candidates
 from autostream.runtime.choice import MeasuredChoice
 
 
@@ -35,22 +36,31 @@ def test_the_backend_named_by_a_string_leaves_its_report_reachable(caplog):
         assert "(cpu, inference): applied: 2 streams" in lines[0]
         assert "cost table 'cpu' (the default of cpu graphs; cpu, measured on" in lines[1]
         assert "cost sources: exact" in lines[1]
-        assert lines[-1] == "  measuring: streams against eager in 3 interleaved rounds (12 calls)"
-        _run(compiled, inputs, 11)
-    # the same object, now with the measured choice: times with spread, the variant and why
+        # eager also at the fewer intra-op threads the plan's streams use (runtime/baseline.py)
+        names = ["streams", "eager", *eager_candidates(abs, "threads", report.streams_used)]
+        calls = 2 * 3 * len(names)
+        assert lines[-1] == (f"  measuring: {' against '.join(names)} in 3 interleaved rounds "
+                             f"({calls} calls)")
+        _run(compiled, inputs, calls - 1)
+    # the same object, now with the measured choice: times with spread, the variant and why,
+    # then the fastest single stream and the load (marked unreliable when the machine was busy)
     assert autostream.last_report() is report
-    last = report.summary().splitlines()[-1].strip()
-    assert last.startswith("measured over 3 interleaved rounds (12 calls): streams ")
-    assert " us +- " in last and f"kept {report.choice.choice}: " in last
+    *_, measured, baseline = (line.strip() for line in report.summary().splitlines())
+    assert measured == report.measured_line()
+    assert f"measured over 3 interleaved rounds ({calls} calls): streams " in measured
+    assert measured.startswith("unreliable (busy: ") is report.choice.load.busy
+    assert " us +- " in measured and f"kept {report.choice.choice}: " in measured
+    assert baseline.startswith(f"fastest single stream: {report.baseline[0]}")
+    assert "load average " in baseline
     # one line when compiled, one when the choice is made, in the summary's words
     told = [r for r in caplog.records if r.getMessage().startswith("autostream backend")]
     assert len(told) == 1 and told[0].levelno == logging.INFO
     assert told[0].getMessage() == "; ".join(line.strip() for line in lines)
-    assert sum(r.getMessage() == f"autostream: {last}" for r in caplog.records) == 1
+    assert sum(r.getMessage() == f"autostream: {measured}" for r in caplog.records) == 1
     # the figures stay available as a dict
     figures = report.figures()
     assert figures["applied"] and figures["kept"] == report.choice.choice
-    assert figures["calls_to_decision"] == 12
+    assert figures["calls_to_decision"] == calls
     del compiled
     torch._dynamo.reset()
 

@@ -7,6 +7,7 @@ import torch
 
 import autostream
 from autostream.models.zoo import multihead_block
+from autostream.runtime.baseline import eager_candidates
 from autostream.runtime.choice import MeasuredChoice
 
 
@@ -158,16 +159,40 @@ def _measured_choice(**options) -> tuple[MeasuredChoice, object]:
 
 
 def test_backend_measures_plan_against_eager_and_outputs_never_change():
+    threads = torch.get_num_threads()
     choice, be = _measured_choice()
     assert be.autostream_pass.last_report.applied
-    assert choice.choice in ("streams", "eager")
-    assert {k: len(v) for k, v in choice.samples.items()} == {"streams": 2, "eager": 2}
+    # eager at the caller's count, and at every other count the plan could use instead
+    report = be.last_report
+    others = eager_candidates(abs, "threads", report.streams_used)
+    assert choice.choice in ("streams", "eager", *others)
+    assert {k: len(v) for k, v in choice.samples.items()} == {
+        "streams": 2, "eager": 2, **{k: 2 for k in others}}
+    assert torch.get_num_threads() == threads  # each candidate restored the caller's count
+    # the report names the fastest single stream, its threads, and the machine's load
+    name, count = report.baseline
+    assert name in ("eager", *others) and count == (threads if name == "eager" else
+                                                    choice.candidates[name].intra_op_threads)
+    assert f"fastest single stream: {name}" in report.summary()
+    assert (name == "eager") is (f"{name} (the caller's {count} intra-op thread" in report.summary())
+    assert choice.load is not None and "load average" in report.summary()
+    figures = report.figures()
+    assert (figures["baseline"], figures["baseline_threads"]) == (name, count)
+    assert figures["load"]["cores"] == choice.load.cores
+
+
+def test_deterministic_adds_no_thread_count_candidate():
+    # eager's bits are promised: an eager candidate at another count could differ in them
+    choice, _ = _measured_choice(deterministic=True, runtime="threads")
+    assert set(choice.samples) == {"streams", "eager"}
 
 
 @pytest.mark.slow
 def test_inductor_fallback_is_measured_too_and_outputs_never_change():
-    choice, _ = _measured_choice(fallback="inductor")
-    assert {k: len(v) for k, v in choice.samples.items()} == {"streams": 2, "eager": 2, "inductor": 2}
+    choice, be = _measured_choice(fallback="inductor")
+    others = {k: 2 for k in eager_candidates(abs, "threads", be.last_report.streams_used)}
+    assert {k: len(v) for k, v in choice.samples.items()} == {
+        "streams": 2, "eager": 2, **others, "inductor": 2}
     # the default (Inductor) is kept unless another candidate clears the margin against it
     assert choice.default == "inductor"
     if choice.choice != choice.default:

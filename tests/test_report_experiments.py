@@ -27,6 +27,7 @@ def experiments_dir(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setattr(run_all, "FIGURES", here / "figures")
     monkeypatch.setattr(run_all, "HEADLINES", here / "headlines")
     monkeypatch.setattr(run_all, "machine", lambda: "test machine")
+    monkeypatch.setattr(run_all, "row_machine", lambda: "test CPU, 2 cores")
     monkeypatch.setattr(run_all, "EXPERIMENTS", (
         run_all.Experiment("table.py", "Table", "prints markdown and draws a figure"),
         run_all.Experiment("text.py", "Text", "prints plain text", ("--runs", "2", "--absent")),
@@ -78,13 +79,14 @@ def test_headline_rows_make_one_table_atop_results_and_a_summary_in_the_readme(e
                            results))
     assert set(runs) == {"table.py", "text.py", "broken.py"}  # absent.py did not run
     table = "\n".join([
-        "| what | measured | target | met | run |", "|---|---|---|---|---|",
-        f"| speed-up | 1.50x | >= 1.3x | yes | {runs['table.py']} |",
-        f"| ceiling | 1.10x | - | - | {runs['table.py']} |",
-        f"| Text: no headline rows recorded | ok | - | - | {runs['text.py']} |",
+        "| what | measured | target | met | run | machine |", "|---|---|---|---|---|---|",
+        # the machine run_all ran the script on, where the script named none
+        f"| speed-up | 1.50x | >= 1.3x | yes | {runs['table.py']} | test CPU, 2 cores |",
+        f"| ceiling | 1.10x | - | - | {runs['table.py']} | test CPU, 2 cores |",
+        f"| Text: no headline rows recorded | ok | - | - | {runs['text.py']} | - |",
         # not the stale row
-        f"| Broken: no headline rows recorded | failed (1) | - | **no** | {runs['broken.py']} |",
-        "| Absent: no headline rows recorded | not run (missing) | - | - | not run |"])
+        f"| Broken: no headline rows recorded | failed (1) | - | **no** | {runs['broken.py']} | - |",
+        "| Absent: no headline rows recorded | not run (missing) | - | - | not run | - |"])
     assert results.index(table) < results.index("| experiment | script | status | run |")
     assert ("Last run: `python -m experiments.run_all --quick`, " in results
             and "; each row's own run in the `run` column; machine: test machine." in results)
@@ -94,13 +96,14 @@ def test_headline_rows_make_one_table_atop_results_and_a_summary_in_the_readme(e
     assert table not in text and "machine: test machine" in text
     # the README: per experiment, its targets met and its first row
     assert "\n".join([
-        "| experiment | targets met | first figure |", "|---|---|---|",
-        "| Table | 1 of 1 | speed-up: 1.50x (target >= 1.3x) |",
-        "| Text | - | Text: no headline rows recorded: ok |",
-        "| Broken | 0 of 1 | Broken: no headline rows recorded: failed (1) |",
-        "| Absent | - | Absent: no headline rows recorded: not run (missing) |"]) in text
+        "| experiment | targets met | first figure | measured on |", "|---|---|---|---|",
+        "| Table | 1 of 1 | speed-up: 1.50x (target >= 1.3x) | test CPU, 2 cores |",
+        "| Text | - | Text: no headline rows recorded: ok | - |",
+        "| Broken | 0 of 1 | Broken: no headline rows recorded: failed (1) | - |",
+        "| Absent | - | Absent: no headline rows recorded: not run (missing) | - |"]) in text
     assert json.loads((experiments_dir / "headlines" / "table.json").read_text())[0] == {
-        "what": "speed-up", "measured": "1.50x", "target": ">= 1.3x", "met": True}
+        "what": "speed-up", "measured": "1.50x", "target": ">= 1.3x", "met": True,
+        "machine": "test CPU, 2 cores", "unreliable": ""}
 
 
 def test_a_readme_without_both_markers_is_left_alone(tmp_path) -> None:
@@ -156,3 +159,24 @@ def test_a_headline_must_say_met_with_a_bool_and_is_printed_when_not_recorded(
     monkeypatch.delenv(headline.ENV)
     assert headline.record("speedup.py", [Headline("a | b", "1", "-", None)]) is None
     assert "| a \\| b | 1 | - | - |" in capsys.readouterr().err
+
+
+def test_an_unreliable_row_is_marked_counts_as_not_met_and_keeps_its_own_machine(
+        experiments_dir, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(run_all, "EXPERIMENTS", (run_all.Experiment("busy.py", "Busy", "x"),))
+    (experiments_dir / "busy.py").write_text(
+        "from experiments.headline import Headline, record\n"
+        "record(__file__, [Headline('speed-up', '7.01x', '>= 1.3x', True, 'EPYC; load 3.1',\n"
+        "                           'busy: load 3.1 on 2 cores'),\n"
+        "                  Headline('ceiling', '1.1x', '-', None)])\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    assert run_all.main(["--out", str(tmp_path / "RESULTS.md")]) == 0
+    results = (tmp_path / "RESULTS.md").read_text()
+    row = next(ln for ln in results.splitlines() if ln.startswith("| speed-up"))
+    assert row.startswith("| speed-up | 7.01x (unreliable, busy: load 3.1 on 2 cores) | >= 1.3x "
+                          "| **no** |") and row.endswith("| EPYC; load 3.1 |")
+    assert next(ln for ln in results.splitlines() if ln.startswith("| ceiling")).endswith(
+        "| test CPU, 2 cores |")  # run_all's machine only where the script named none
+    assert ("| Busy | 0 of 1 (1 unreliable: busy) | speed-up: 7.01x (unreliable, busy: load "
+            "3.1 on 2 cores) (target >= 1.3x) | EPYC; load 3.1 |") in readme.read_text()

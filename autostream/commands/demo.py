@@ -8,8 +8,10 @@ Two parts, then a summary in plain words:
    and graph dumps per device in ``--out``;
 2. **Measured on this machine**: a model whose two independent GEMV chains two CPU
    streams can overlap, compiled with ``torch.compile(backend=autostream.backend(...))``
-   on the CPU threads runtime and timed against eager and the compiled graph on one
-   stream: measured against predicted speed-up and peak memory.
+   on the CPU threads runtime and timed against eager (at each intra-op thread count the
+   plan could use instead: ``runtime/baseline.py``) and the compiled graph on one stream:
+   measured against predicted speed-up and peak memory, with the machine and its load
+   (a speed-up timed while the machine was busy is marked unreliable, never a result).
 
 Missing optional pieces are reported, never fatal: the demo exits 0.
 """
@@ -21,8 +23,12 @@ import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autostream.runtime.machine import Load
 
 DEMO_SOLVERS = ("single", "round_robin", "opara", "nimble", "heft", "cpsat")
 #: (cost table, device) the MoE layer is planned for
@@ -81,6 +87,9 @@ class CpuRun:
     measured: float | None = None
     predicted: float | None = None
     baseline: str = ""
+    #: the machine and its load while timed ("" / ``None``: not timed)
+    machine: str = ""
+    load: Load | None = None
 
 
 def _available_solvers() -> tuple[list[str], list[str]]:
@@ -161,18 +170,41 @@ def _compile(model: Any, inputs: tuple[Any, ...], streams: int, solver: str,
     return compiled, compile_fn.autostream_pass.last_report
 
 
-def _time_variants(variants: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median us of each variant, by the experiments' method (``autostream.runtime.timing``)."""
-    from autostream.runtime.timing import machine_load, method, time_alternating
+def _time_variants(variants: dict[str, Callable[[], Any]], repeats: int
+                   ) -> tuple[dict[str, float], Load]:
+    """Median us of each variant, by the experiments' method (``autostream.runtime.timing``),
+    and the machine's load meanwhile."""
+    from autostream.runtime.machine import LoadWatch
+    from autostream.runtime.timing import method, time_alternating
 
-    _say(f"timing: {method(repeats, WARMUP)} (the method of experiments/speedup.py); "
-         f"{machine_load()}")
-    return {k: v * 1e6 for k, v in time_alternating(variants, repeats, WARMUP).items()}
+    _say(f"timing: {method(repeats, WARMUP)} (the method of experiments/speedup.py)")
+    watch = LoadWatch()
+    medians = time_alternating(variants, repeats, WARMUP)
+    return {k: v * 1e6 for k, v in medians.items()}, watch.load()
+
+
+def speedup_words(measured: float, baseline: str, load: Load | None) -> str:
+    """A measured speed-up in words: as a result on a quiet machine, marked unreliable with
+    the reason on a busy one (``runtime.machine``: never a result there).
+
+    >>> from autostream.runtime.machine import Load
+    >>> speedup_words(1.21, "eager (1 thread)", Load(2, 0.3, 0.9, 0.02, 9.0))
+    'measured speed-up 1.21x over the best single stream, eager (1 thread)'
+    >>> speedup_words(7.01, "eager", Load(2, 3.1, 3.1, 1.4, 9.0))
+    'speed-up unreliable, busy: other processes kept 1.40 of 2 cores busy during the timing (load average 3.1 on 2 cores); the plan ran 7.01x as fast as the best single stream, eager, meanwhile: rerun on a quiet machine'
+    """
+    if load is not None and load.busy:
+        return (f"speed-up unreliable, {load.reason}; the plan ran {measured:.2f}x as fast as "
+                f"the best single stream, {baseline}, meanwhile: rerun on a quiet machine")
+    return f"measured speed-up {measured:.2f}x over the best single stream, {baseline}"
 
 
 def _measure(model: Any, inputs: tuple[Any, ...], args: argparse.Namespace) -> CpuRun:
     """Compile, check outputs, and time the plan against the best single-stream run."""
     import torch
+
+    from autostream.runtime.baseline import eager_candidates
+    from autostream.runtime.machine import this_machine
 
     streamed, report = _compile(model, inputs, args.streams, args.solver, args.time_limit)
     if report is None:
@@ -181,25 +213,29 @@ def _measure(model: Any, inputs: tuple[Any, ...], args: argparse.Namespace) -> C
     single, _ = _compile(model, inputs, 1, "single", None)
     used = report.plan.schedule.streams_used if report.applied else 1
     planned = f"autostream, {used} stream{'s' * (used > 1)}"
+    # eager at every intra-op thread count the plan could have used instead
+    eager = {"eager": model, **eager_candidates(model, "threads", used)}
     with torch.no_grad():
         same = all(torch.allclose(a, b, rtol=1e-4, atol=1e-5)
                    for a, b in zip(model(*inputs), streamed(*inputs), strict=True))
-        med = _time_variants({"eager": lambda: model(*inputs),
-                              "compiled, 1 stream": lambda: single(*inputs),
-                              planned: lambda: streamed(*inputs)}, args.repeats)
-    base = min(("eager", "compiled, 1 stream"), key=lambda k: med[k])
+        med, load = _time_variants({**{k: partial(fn, *inputs) for k, fn in eager.items()},
+                                    "compiled, 1 stream": lambda: single(*inputs),
+                                    planned: lambda: streamed(*inputs)}, args.repeats)
+    base = min((*eager, "compiled, 1 stream"), key=lambda k: med[k])
     measured = med[base] / med[planned]
     predicted = report.plan.predicted_speedup if report.applied else 1.0
+    machine = str(this_machine())
     _say(f"outputs equal eager: {'yes' if same else 'NO'}")
+    _say(f"machine: {machine}; {load}")
     _say("measured on CPU threads (median us): "
          + ", ".join(f"{k} {v:,.0f}" for k, v in med.items()))
-    _say(f"measured speed-up {measured:.2f}x over the best single stream ({base}; over eager "
-         f"{med['eager'] / med[planned]:.2f}x); predicted {predicted:.2f}x (experiments/"
+    _say(f"{speedup_words(measured, base, load)}; predicted {predicted:.2f}x (experiments/"
          f"speedup.py's 'measured' column is over the best of eager and Inductor, and times "
          f"the backend's measured choice)")
     if not report.applied:
-        return CpuRun(False, report.reason)
-    return CpuRun(True, report.reason, used, len(report.plan.syncs), measured, predicted, base)
+        return CpuRun(False, report.reason, machine=machine, load=load)
+    return CpuRun(True, report.reason, used, len(report.plan.syncs), measured, predicted, base,
+                  machine, load)
 
 
 def _measured_trace(model: Any, inputs: tuple[Any, ...], args: argparse.Namespace) -> None:
@@ -277,9 +313,10 @@ def _device_line(p: DevicePlan) -> str:
 def _cpu_line(r: CpuRun) -> str:
     if not r.applied:
         return f"- This CPU: the GEMV model was left on one stream: {r.reason}."
-    return (f"- This CPU: autostream applied {r.streams} streams with {_count(r.syncs, 'sync')} "
-            f"to the GEMV model: measured {r.measured:.2f}x against the best single-stream run "
-            f"({r.baseline}), predicted {r.predicted:.2f}x.")
+    return (f"- This CPU ({r.machine}): autostream applied {r.streams} streams with "
+            f"{_count(r.syncs, 'sync')} to the GEMV model: "
+            f"{speedup_words(r.measured, r.baseline, r.load)}; predicted {r.predicted:.2f}x. "
+            "The gain depends on the CPU: docs/cpu-runtime.md.")
 
 
 def run(args: argparse.Namespace) -> int:

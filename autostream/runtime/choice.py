@@ -28,6 +28,10 @@ model never do (``docs/cpu-runtime.md``).  Before a block of another candidate t
 the last call's, the choice waits until ``settle_s`` have passed since that call ended
 (at most ``settle_s`` per block; a caller's own pauses count).  Every candidate
 computes the same outputs, so which one answers a given call never changes the result.
+
+**Load.**  Given ``read_machine`` (``runtime.machine.read``), the choice reads the machine
+before its first measuring call and at its first decision: ``load`` then says how busy
+the machine was meanwhile (``Load.busy``: the figures are unreliable).
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from autostream.runtime.machine import Load, Reading
 
 log = logging.getLogger("autostream")
 
@@ -151,6 +157,7 @@ class MeasuredChoice:
         margin: float = MARGIN,
         recheck_after: int | None = RECHECK_AFTER,
         sleep: Callable[[float], None] = time.sleep,
+        read_machine: Callable[[], Reading] | None = None,
     ) -> None:
         if not candidates:
             raise ValueError("MeasuredChoice needs at least one candidate")
@@ -193,6 +200,11 @@ class MeasuredChoice:
         self._turn = 0
         self._phase: dict[str, list[float]] | None = None  # a re-check's samples
         self._last: tuple[str, float] | None = None  # the last measuring call, its end
+        self._read_machine = read_machine
+        self._load_start: Reading | None = None
+        #: how busy the machine was while the first decision was measured (``None``: not
+        #: read, or not decided yet)
+        self.load: Load | None = None
         self._lock = threading.Lock()
 
     @property
@@ -258,6 +270,8 @@ class MeasuredChoice:
             self._start_recheck()
         if self._turn >= len(self.schedule):  # concurrent calls past the phase's end
             return None if self.choice is not None else (self.schedule[-1][0], False, 0.0)
+        if self._turn == 0 and self.choice is None and self._read_machine is not None:
+            self._load_start = self._read_machine()
         name, timed = self.schedule[self._turn]
         self._turn += 1
         return name, timed, self._settle_wait(name)
@@ -279,6 +293,8 @@ class MeasuredChoice:
         if self._phase is None:  # the first decision
             self.choice, self.reason = decide(self.samples, self.default, self.margin)
             self.calls_to_decision = self._calls
+            if self._load_start is not None:
+                self.load = Load.between(self._load_start, self._read_machine())
             if self._on_choice is None:
                 log.info("autostream: %s", self.describe())
             else:  # the owner tells it (the backend, in its report's words)

@@ -3,12 +3,13 @@
 Every variant is called in turn, round by round; each timed call follows untimed calls of
 the same variant for at least ``settle_s`` (at least one), so no variant is timed while the
 previous variant's OpenMP threads still spin (several ms after a 2-thread call:
-``autostream.runtime.choice``).  The figure of a variant is its median over the rounds.
+``autostream.runtime.choice``).  The figure of a variant is its median over the rounds.  Every output that prints such
+figures names the machine and its load while they were timed (``runtime.machine``), and
+marks them unreliable when it was busy.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -33,22 +34,6 @@ def method(runs: int, warmup: int, settle_s: float = SETTLE_S) -> str:
     return (f"median of {runs} interleaved rounds after {warmup} warm-up rounds, one timed "
             f"call of each variant per round after {settle_s * 1e3:g} ms of its own untimed "
             f"calls")
-
-
-def machine_load() -> str:
-    """The load of this machine in words: timings on a busy machine are not its idle speed
-    (multi-threaded eager ops suffer most: their OpenMP threads wait for each other).
-
-    >>> machine_load().startswith("load average ")
-    True
-    """
-    cores = os.cpu_count() or 1
-    try:
-        load = os.getloadavg()[0]
-    except OSError:  # pragma: no cover - platforms without it
-        return "load average unknown"
-    busy = "; busy: other processes take cores, figures vary" if load > 0.5 * cores else ""
-    return f"load average {load:.1f} on {cores} cores{busy}"
 
 
 def time_alternating(variants: dict[str, Callable[[], Any]], runs: int, warmup: int,
