@@ -381,3 +381,33 @@ def test_on_a_real_gpu_the_backends_graph_equals_the_one_stream_graph():
         assert be.last_report.runtime == "graph" and not be.last_report.capture_refused
     torch._dynamo.reset()
     assert all(torch.equal(a, b) for a, b in zip(outs[1], outs[2], strict=True))
+
+
+@pytest.mark.slow
+def test_torchvisions_googlenet_plan_is_captured_and_equals_the_one_stream_graph(fake_cuda):
+    """A model nobody here wrote (torchvision: installed beside torch 2.14 in CI)."""
+    import autostream
+
+    models = pytest.importorskip("torchvision.models")
+    torch.manual_seed(0)
+    model = models.googlenet(weights=None, aux_logits=False, init_weights=True).eval()
+    x = torch.randn(1, 3, 224, 224)
+    outs = {}
+    for streams in (1, 4):
+        torch._dynamo.reset()
+        be = autostream.backend(runtime="graph", max_streams=streams, measure=0,
+                                cost_table="h200")
+        compiled = torch.compile(model, backend=be, dynamic=False)
+        for _ in range(2):
+            outs[streams] = compiled(x)
+        report = be.last_report
+        assert report.runtime == "graph" and report.plan.runtime == "graph"
+    torch._dynamo.reset()
+    assert report.streams_used == 4 and report.applied, report.summary()
+    assert "on the graph runtime" in report.summary()
+    torch.testing.assert_close(outs[4], model(x), rtol=1e-4, atol=1e-4)
+    assert torch.equal(outs[4], outs[1])  # the same kernels on one thread: bit for bit
+    # every runner checked its capture sequence and captured once
+    assert [g.captures for g in fake_cuda] == [1, 1]
+    checked = [r.stats.checked for _, r in report.graph_runners]
+    assert checked and "no problem" in checked[0] and "0 cross-stream reads" not in checked[0]
