@@ -12,6 +12,8 @@ from autostream.fx.capture import capture
 from autostream.models.experts import DEEPSEEK_V3, QWEN3_MOE
 from autostream.models.moe_decode import (
     ALIGN,
+    DEEPSEEK_V3_SHAPE,
+    QWEN3_SHAPE,
     MoEDecodeLayer,
     deepseek_v3_decode,
     qwen3_moe_decode,
@@ -142,14 +144,19 @@ def test_weights_are_seeded_and_scaled_by_fan_in():
     assert float(a.w2.abs().max()) > 0.9 * i ** -0.5
 
 
+def test_the_shapes_are_those_of_the_experts_layers():
+    for shape, config in ((QWEN3_SHAPE, QWEN3_MOE), (DEEPSEEK_V3_SHAPE, DEEPSEEK_V3)):
+        assert shape == type(shape)(**{f: getattr(config, f) for f in shape.__dataclass_fields__})
+
+
 @pytest.mark.parametrize("scale", [1, 2, 3, 8, 16, 64, 1000])
 def test_scaled_sizes_stay_aligned_for_grouped_mm(scale):
-    for config, routing in ((QWEN3_MOE, "softmax"), (DEEPSEEK_V3, "sigmoid")):
+    for config, routing in ((QWEN3_SHAPE, "softmax"), (DEEPSEEK_V3_SHAPE, "sigmoid")):
         s = sizes_of(config, routing, scale)
         assert all(n % ALIGN == 0 and n >= ALIGN for n in (s.hidden, s.inter, s.shared_inter))
         assert s.top_k <= s.experts <= config.experts
-    assert sizes_of(DEEPSEEK_V3, "sigmoid", 1).hidden == 7168
-    assert sizes_of(QWEN3_MOE, "softmax", 1).experts == 128
+    assert sizes_of(DEEPSEEK_V3_SHAPE, "sigmoid", 1).hidden == 7168
+    assert sizes_of(QWEN3_SHAPE, "softmax", 1).experts == 128
 
 
 def test_bad_arguments_are_named():
@@ -160,4 +167,4 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="tokens must be a positive integer"):
         qwen3_moe_decode(tokens=0)
     with pytest.raises(ValueError, match="routing"):
-        sizes_of(QWEN3_MOE, "relu")
+        sizes_of(QWEN3_SHAPE, "relu")

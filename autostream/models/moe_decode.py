@@ -21,7 +21,8 @@ expert set on one device, no expert parallelism), in bfloat16:
   routed path (nothing flows between them until the final add);
 - output = routed + shared.
 
-Sizes (:data:`~autostream.models.experts.QWEN3_MOE`, :data:`~autostream.models.experts.DEEPSEEK_V3`):
+Sizes (those of ``autostream.models.experts``' ``QWEN3_MOE`` and ``DEEPSEEK_V3``, restated
+in :data:`QWEN3_SHAPE` and :data:`DEEPSEEK_V3_SHAPE`: that module has a layer of its own):
 Qwen3 hidden 4096, 128 experts of width 1536, top-8, shared 1536 (Qwen2-MoE style; the
 real Qwen3-MoE has none); DeepSeek-V3 hidden 7168, 256 experts of width 2048, top-8,
 shared 2048.  At ``scale=1`` DeepSeek's experts hold 22.5 GB of bfloat16 weights:
@@ -54,15 +55,32 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from autostream.models.experts import DEEPSEEK_V3, QWEN3_MOE, Config
-
-__all__ = ["MoESizes", "MoEDecodeLayer", "deepseek_v3_decode", "qwen3_moe_decode", "sizes_of"]
+__all__ = ["DEEPSEEK_V3_SHAPE", "QWEN3_SHAPE", "MoEDecodeLayer", "MoEShape", "MoESizes",
+           "deepseek_v3_decode", "qwen3_moe_decode", "sizes_of"]
 
 #: every size is a multiple of this (16-byte rows of bfloat16 with room to spare)
 ALIGN = 16
 #: DeepSeek-V3's ``routed_scaling_factor`` (its config.json)
 DEEPSEEK_ROUTED_SCALE = 2.5
 ROUTINGS = ("softmax", "sigmoid")
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    """A model's MoE sizes at full scale (the fields of ``autostream.models.experts.Config``)."""
+
+    name: str
+    hidden: int
+    moe_inter: int
+    experts: int
+    topk: int
+    shared_inter: int
+
+
+#: Qwen3-235B-A22B's MoE with a Qwen2-MoE-style shared expert of the routed experts' width
+QWEN3_SHAPE = MoEShape("qwen3_moe", 4096, 1536, 128, 8, 1536)
+#: DeepSeek-V3 (and R1): 256 routed experts, top-8, one shared expert
+DEEPSEEK_V3_SHAPE = MoEShape("deepseek_v3", 7168, 2048, 256, 8, 2048)
 
 
 @dataclass(frozen=True)
@@ -82,10 +100,10 @@ def _aligned(n: int, scale: int) -> int:
     return max(ALIGN, math.ceil(n / scale / ALIGN) * ALIGN)
 
 
-def sizes_of(config: Config, routing: str, scale: int = 1, routed_scale: float = 1.0) -> MoESizes:
+def sizes_of(config: MoEShape, routing: str, scale: int = 1, routed_scale: float = 1.0) -> MoESizes:
     """``config``'s MoE sizes divided by ``scale`` (aligned, at least ``top_k`` experts).
 
-    >>> sizes_of(DEEPSEEK_V3, "sigmoid", scale=8)
+    >>> sizes_of(DEEPSEEK_V3_SHAPE, "sigmoid", scale=8)
     MoESizes(hidden=896, inter=256, experts=32, top_k=8, shared_inter=256, routing='sigmoid', routed_scale=1.0)
     """
     if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
@@ -163,7 +181,7 @@ class MoEDecodeLayer(nn.Module):
         return self.routed(x, weights, ids) + self.shared(x)
 
 
-def _spec(config: Config, routing: str, routed_scale: float, tokens: int, scale: int,
+def _spec(config: MoEShape, routing: str, routed_scale: float, tokens: int, scale: int,
           device: str | torch.device, dtype: torch.dtype, seed: int
           ) -> tuple[MoEDecodeLayer, tuple[torch.Tensor]]:
     if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
@@ -184,7 +202,7 @@ def qwen3_moe_decode(tokens: int = 8, scale: int = 8, device: str | torch.device
     >>> x.shape
     torch.Size([1, 256])
     """
-    return _spec(QWEN3_MOE, "softmax", 1.0, tokens, scale, device, dtype, seed)
+    return _spec(QWEN3_SHAPE, "softmax", 1.0, tokens, scale, device, dtype, seed)
 
 
 def deepseek_v3_decode(tokens: int = 8, scale: int = 8, device: str | torch.device = "cpu",
@@ -196,4 +214,4 @@ def deepseek_v3_decode(tokens: int = 8, scale: int = 8, device: str | torch.devi
     >>> model.sizes.experts, model.sizes.routed_scale
     (16, 2.5)
     """
-    return _spec(DEEPSEEK_V3, "sigmoid", DEEPSEEK_ROUTED_SCALE, tokens, scale, device, dtype, seed)
+    return _spec(DEEPSEEK_V3_SHAPE, "sigmoid", DEEPSEEK_ROUTED_SCALE, tokens, scale, device, dtype, seed)
