@@ -304,11 +304,10 @@ def _prepare(cases: Sequence[OpCase], device: torch.device, inputs: Mapping[OpKe
     return ops, skipped
 
 
-def _time_ops(dev: ReplayDevice, ops: list[_Op], settings: ReplaySettings,
+def _time_ops(dev: ReplayDevice, stream: Any, ops: list[_Op], settings: ReplaySettings,
               tick: Callable[[str], None]) -> list[Skipped]:
-    """Each op's per-call replay times (``op.rounds``); ops that cannot be captured are
-    dropped from ``ops`` and returned as skips."""
-    stream = dev.graphs.new_stream()
+    """Each op's per-call replay times (``op.rounds``), captured on ``stream``; ops that
+    cannot be captured are dropped from ``ops`` and returned as skips."""
     failed: list[Skipped] = []
     for chunk in list(_chunks(list(ops), settings.chunk)):
         graphs = []
@@ -335,9 +334,11 @@ def _pairs_to_time(ops: Sequence[_Op], cross_ops: int) -> list[tuple[_Op, _Op]]:
     return [(o, o) for o in ops] + list(itertools.combinations(top, 2))
 
 
-def _time_pairs(dev: ReplayDevice, pairs: Sequence[tuple[_Op, _Op]], settings: ReplaySettings,
-                tick: Callable[[str], None]) -> tuple[list[PairTiming], list[str]]:
-    stream = dev.graphs.new_stream()
+def _time_pairs(dev: ReplayDevice, stream: Any, pairs: Sequence[tuple[_Op, _Op]],
+                settings: ReplaySettings, tick: Callable[[str], None]
+                ) -> tuple[list[PairTiming], list[str]]:
+    """Each pair's lanes alone and together, captured on ``stream`` (where the ops were
+    warmed up by :func:`_time_ops`) and two side streams."""
     sides = (dev.streams.new_stream(), dev.streams.new_stream())
     timings, notes = [], []
     for chunk in _chunks(pairs, max(1, settings.chunk // 3)):
@@ -399,21 +400,24 @@ def calibrate_replay(cases: Sequence[OpCase], device: torch.device, dev: ReplayD
     docstring).  ``inputs`` holds real ``(args, kwargs)`` by ``(op, signature)`` (an op's
     time can depend on its data: a grouped matmul's on its group offsets); other ops run
     on random inputs."""
-    ops, skipped = _prepare(cases, device, inputs or {}, seed)
-    bar = tqdm(total=len(ops), desc="calibrate (replay)", unit="graph", disable=not progress,
-               file=sys.stderr, dynamic_ncols=True)
-
-    def tick(what: str) -> None:
-        bar.set_postfix_str(what, refresh=False)
-        bar.update()
-
     with torch.no_grad():
-        skipped += _time_ops(dev, ops, settings, tick)
+        ops, skipped = _prepare(cases, device, inputs or {}, seed)
+        bar = tqdm(total=len(ops), desc="calibrate (replay)", unit="graph",
+                   disable=not progress, file=sys.stderr, dynamic_ncols=True)
+
+        def tick(what: str) -> None:
+            bar.set_postfix_str(what, refresh=False)
+            bar.update()
+
+        # one capture stream throughout: per-stream state set up by the warm-ups (cuBLAS
+        # keeps a workspace per handle and stream) serves every capture
+        stream = dev.graphs.new_stream()
+        skipped += _time_ops(dev, stream, ops, settings, tick)
         pairs = _pairs_to_time(ops, settings.cross_ops)
         bar.total += len(pairs)
         bar.refresh()
-        timings, notes = _time_pairs(dev, pairs, settings, tick)
-    bar.close()
+        timings, notes = _time_pairs(dev, stream, pairs, settings, tick)
+        bar.close()
     fit = fit_shares(timings)
     slowdown = {p.a: p.slowdown for p in timings if p.is_self}
     entries, unpaired = [], []
