@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from autostream.models.moe_decode import deepseek_v3_decode, qwen3_moe_decode
+from autostream.models.moe_decode import decode_inputs, deepseek_v3_decode, qwen3_moe_decode
 
 TOKENS = (1, 8, 64)
 LAYERS = {"qwen3_moe": qwen3_moe_decode, "deepseek_v3": deepseek_v3_decode}
@@ -111,11 +111,9 @@ def _device_us(fn: Any, calls: int = 20) -> float:
 def check_layer(name: str) -> list[dict[str, Any]]:
     model, _ = LAYERS[name](tokens=1, scale=1, device="cuda")
     rows = []
-    gen = torch.Generator(device="cuda").manual_seed(1)
     with torch.no_grad():
         for tokens in TOKENS:
-            x = torch.randn(tokens, model.sizes.hidden, device="cuda", dtype=torch.bfloat16,
-                            generator=gen)
+            (x,) = decode_inputs(model, tokens)
             row: dict[str, Any] = {"layer": name, "tokens": tokens}
             try:
                 torch.cuda.set_sync_debug_mode("error")

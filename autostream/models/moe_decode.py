@@ -56,7 +56,7 @@ from torch import nn
 from torch.nn import functional as F
 
 __all__ = ["DEEPSEEK_V3_SHAPE", "QWEN3_SHAPE", "MoEDecodeLayer", "MoEShape", "MoESizes",
-           "deepseek_v3_decode", "qwen3_moe_decode", "sizes_of"]
+           "decode_inputs", "deepseek_v3_decode", "qwen3_moe_decode", "sizes_of"]
 
 #: every size is a multiple of this (16-byte rows of bfloat16 with room to spare)
 ALIGN = 16
@@ -181,6 +181,22 @@ class MoEDecodeLayer(nn.Module):
         return self.routed(x, weights, ids) + self.shared(x)
 
 
+def decode_inputs(model: MoEDecodeLayer, tokens: int, seed: int = 0) -> tuple[torch.Tensor]:
+    """``tokens`` random hidden states for ``model``, on its device and in its dtype: one
+    layer serves several token counts (DeepSeek's experts need not be built three times).
+
+    >>> model, _ = qwen3_moe_decode(tokens=1, scale=16)
+    >>> decode_inputs(model, 64)[0].shape
+    torch.Size([64, 256])
+    """
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(f"tokens must be a positive integer, got {tokens!r}")
+    w = model.gate
+    gen = torch.Generator(device=w.device).manual_seed(seed + 1)
+    x = torch.empty(tokens, model.sizes.hidden, device=w.device, dtype=w.dtype)
+    return (x.normal_(generator=gen),)
+
+
 def _spec(config: MoEShape, routing: str, routed_scale: float, tokens: int, scale: int,
           device: str | torch.device, dtype: torch.dtype, seed: int
           ) -> tuple[MoEDecodeLayer, tuple[torch.Tensor]]:
@@ -188,9 +204,7 @@ def _spec(config: MoEShape, routing: str, routed_scale: float, tokens: int, scal
         raise ValueError(f"tokens must be a positive integer, got {tokens!r}")
     sizes = sizes_of(config, routing, scale, routed_scale)
     model = MoEDecodeLayer(sizes, device, dtype, seed).eval()
-    gen = torch.Generator(device=torch.device(device)).manual_seed(seed + 1)
-    x = torch.empty(tokens, sizes.hidden, device=device, dtype=dtype).normal_(generator=gen)
-    return model, (x,)
+    return model, decode_inputs(model, tokens, seed)
 
 
 def qwen3_moe_decode(tokens: int = 8, scale: int = 8, device: str | torch.device = "cpu",
