@@ -140,7 +140,12 @@ def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch
         with torch.no_grad():
             profile = measure_profile(dev, timer, name, runtime_costs(dev, timer))
         if replayed is not None:
-            profile = replace(profile, **graph_figures(replayed, dev, replay_settings).as_profile())
+            try:
+                figures = graph_figures(replayed, dev, replay_settings)
+                profile = replace(profile, **figures.as_profile())
+            except Exception as exc:  # noqa: BLE001 - the op entries are worth keeping
+                notes.append(f"graph figures (profile.graph_*) not measured: "
+                             f"{type(exc).__name__}: {str(exc).strip()[:200]}")
     else:
         profile = DeviceProfile(name=name, kind=dev.type, origin="measured",
                                 peak_flops=dict(GENERIC_CPU.peak_flops),

@@ -283,3 +283,27 @@ def test_the_gpu_checks_specs_resolve_to_model_functions():
     assert all(callable(resolve_model_spec(n)) for n in names)
     if not torch.cuda.is_available():
         assert replay_calibration.main(["--out", "unused"]) == 2
+
+
+def test_calibrate_graphs_measures_the_graph_figures_into_the_profile(monkeypatch):
+    import autostream.calibration as calibration
+    from autostream.cost.profile import GENERIC_CPU
+
+    monkeypatch.setattr(calibration, "measure_profile", lambda *a, **k: GENERIC_CPU)
+    monkeypatch.setattr(calibration, "runtime_costs", lambda *a, **k: (0.0, 0.0, 0.0))
+    costs = FakeCosts(op_us={**COSTS.op_us, ADD_: 2.0}, share=COSTS.share, sync_us=0.5,
+                      call_us=6.0)
+    streams, dev = replay_on_fake(costs)
+    with LoggedOps(streams):
+        table = calibrate_graphs([mm_relu_graph()], CPU, progress=False, replay=dev,
+                                 graph_args=[(torch.randn(4, 8), torch.randn(8, 8))],
+                                 replay_settings=SETTINGS)
+    p = table.profile
+    assert (p.graph_kernel_us, p.graph_sync_us, p.graph_call_us) == pytest.approx((2.0, 0.5, 6.0))
+    streams, dev = replay_on_fake(costs, refuse="capture refused")
+    table = calibrate_graphs([mm_relu_graph()], CPU, progress=False, replay=dev,
+                             replay_settings=SETTINGS)
+    assert table.entries == () and len(table.skipped) == 2
+    assert "graph figures (profile.graph_*) not measured: RuntimeError: capture refused" \
+        in table.device["notes"]
+    assert table.profile.graph_kernel_us == 0.0
