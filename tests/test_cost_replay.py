@@ -307,3 +307,16 @@ def test_calibrate_graphs_measures_the_graph_figures_into_the_profile(monkeypatc
     assert "graph figures (profile.graph_*) not measured: RuntimeError: capture refused" \
         in table.device["notes"]
     assert table.profile.graph_kernel_us == 0.0
+
+
+def test_an_op_without_device_time_keeps_no_pair_and_bad_settings_are_named():
+    costs = FakeCosts(op_us={MM: 100.0}, share={MM: 0.8})  # the relu costs nothing here
+    _, result = calibrate_on_fake(costs)
+    assert [p.a[0] for p in result.pairs] == [MM]
+    assert {e.op: e.share for e in result.entries}[RELU] == 1.0
+    assert any("a lane took no device time" in n for n in result.notes)
+    assert any("without a pair timing keep share 1.0" in n and RELU in n for n in result.notes)
+    with pytest.raises(ValueError, match="ReplaySettings.rounds must be >= 1"):
+        ReplaySettings(rounds=0)
+    with pytest.raises(ValueError, match="target_us must be > 0"):
+        ReplaySettings(target_us=0.0)

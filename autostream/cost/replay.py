@@ -127,6 +127,16 @@ class ReplaySettings:
     tiny_calls: int = 200
     call_repeat: int = 50
 
+    def __post_init__(self) -> None:
+        for name in ("max_calls", "rounds", "chunk", "tiny_calls", "call_repeat"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ReplaySettings.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup", "estimate_calls", "cross_ops"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"ReplaySettings.{name} must be >= 0, got {getattr(self, name)}")
+        if not self.target_us > 0:
+            raise ValueError(f"ReplaySettings.target_us must be > 0, got {self.target_us}")
+
     def as_json(self) -> dict[str, Any]:
         return {"target_us": self.target_us, "max_calls": self.max_calls, "rounds": self.rounds,
                 "warmup": self.warmup, "cross_ops": self.cross_ops}
@@ -364,6 +374,10 @@ def _time_pairs(dev: ReplayDevice, stream: Any, pairs: Sequence[tuple[_Op, _Op]]
         times = _time_replays(dev, [g for c in captured for g in c[4]], settings.rounds)
         for i, (a, b, calls_a, calls_b, _, _) in enumerate(captured):
             alone_a, alone_b, together = (statistics.median(t) for t in times[3 * i:3 * i + 3])
+            if min(alone_a, alone_b) <= 0:
+                notes.append(f"pair {a.case.sig.op} | {b.case.sig.op} not kept: a lane took no "
+                             "device time (an op without kernels)")
+                continue
             timings.append(PairTiming(a.key, b.key, round(alone_a, 4), round(alone_b, 4),
                                       round(together, 4), calls_a, calls_b))
     return timings, notes
