@@ -320,3 +320,23 @@ def test_an_op_without_device_time_keeps_no_pair_and_bad_settings_are_named():
         ReplaySettings(rounds=0)
     with pytest.raises(ValueError, match="target_us must be > 0"):
         ReplaySettings(target_us=0.0)
+
+
+# -- on a real GPU (skipped without one) -------------------------------------------------
+
+@pytest.mark.cuda
+def test_replay_calibration_on_a_cuda_device():
+    """The real graph API: op graphs captured after warm-ups, pair graphs forked and joined
+    inside the capture, graph figures; small settings (a few seconds)."""
+    cuda = torch.device("cuda")
+    gm = make_fx(lambda a, w: torch.relu(a @ w))(torch.randn(64, 512), torch.randn(512, 512))
+    args = [(torch.randn(64, 512, device=cuda), torch.randn(512, 512, device=cuda))]
+    small = ReplaySettings(target_us=200.0, max_calls=32, rounds=3, cross_ops=2, tiny_calls=32,
+                           call_repeat=10)
+    table = calibrate_graphs([gm], cuda, measure_device=False, progress=False,
+                             graph_args=args, replay_settings=small)
+    assert table.skipped == () and {e.timing for e in table.entries} == {"replay"}
+    assert all(0 < e.time_us < 1000 and 0 <= e.share <= 1 for e in table.entries)
+    assert len(table.pairs) == 3 and all(p.together_us > 0 for p in table.pairs)
+    figures = graph_figures(replay_device(cuda), cuda, small)
+    assert 0 < figures.kernel_us < 50 and figures.sync_us >= 0 and figures.call_us >= 0

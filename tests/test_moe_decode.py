@@ -168,3 +168,27 @@ def test_bad_arguments_are_named():
         qwen3_moe_decode(tokens=0)
     with pytest.raises(ValueError, match="routing"):
         sizes_of(QWEN3_SHAPE, "relu")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", SPECS)
+def test_on_cuda_no_host_sync_and_a_captured_replay_is_bitwise_eager(name):
+    model, (x,) = SPECS[name](tokens=8, scale=8, device="cuda")
+    with torch.no_grad():
+        torch.cuda.set_sync_debug_mode("error")  # a host sync raises
+        try:
+            eager = model(x)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                model(x)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            static = model(x)
+        graph.replay()
+        torch.cuda.synchronize()
+    assert torch.equal(static, eager) and torch.equal(model(x), eager)
