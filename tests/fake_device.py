@@ -10,6 +10,16 @@ every call, with the semantics that matter to a captured runtime.
   again on the same static inputs and copies its results into the static outputs.
   ``refuse`` makes ``capture`` raise, as torch does for an op that cannot be captured.
 
+- ``LoggedOps`` (a dispatch mode) logs every ATen op run while it is active as
+  ``("op", name, stream)``, the stream being the fake's current one: inside a capture or a
+  replay (which reruns the body) too.
+- ``FakeDeviceTimer`` times the log as a device would run it (``FakeCosts``): each logged
+  op takes its time on its stream, in stream order and after the events it waits for, and
+  ops running at once share the device by processor sharing (shares summing to ``S > 1``
+  each progress at ``1 / S``, as ``autostream.scheduling.simulate`` models it); each wait
+  costs ``sync_us``; its host clock adds ``call_us`` for each replay.  It implements
+  ``autostream.cost.replay.ReplayTimer`` without a wall clock.
+
 Limits: the body's in-place writes to tensors outside the graph's own buffers (a
 parameter, a running statistic) happen at capture too, which a real capture never does.
 """
@@ -21,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 
@@ -212,3 +223,90 @@ def patch_backend_to_fake_capture(monkeypatch: Any) -> list[FakeGraphs]:
     monkeypatch.setattr(backend_module, "select_runtime", lambda kind, inputs: "graph")
     monkeypatch.setattr(backend_module, "capture_refusal", lambda gm, device, inputs: None)
     return devices
+
+
+class LoggedOps(TorchDispatchMode):
+    """While active, every ATen op is logged as ``("op", name, current fake stream)``."""
+
+    def __init__(self, streams: FakeStreams):
+        super().__init__()
+        self.streams = streams
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.streams.log.add("op", func, self.streams.current)
+        return func(*args, **(kwargs or {}))
+
+
+@dataclass
+class FakeCosts:
+    """Device time (us) and device share of each op by name (others: free), the cost of a
+    wait between streams, and the host's cost of one replay call."""
+
+    op_us: dict[str, float]
+    share: dict[str, float] = field(default_factory=dict)
+    sync_us: float = 0.0
+    call_us: float = 0.0
+
+
+def device_time(calls: list[tuple[str, ...]], costs: FakeCosts) -> float:
+    """Makespan of the logged ops under stream order, waits and processor sharing."""
+    durations: list[float] = []
+    shares: list[float] = []
+    deps: list[list[int]] = []
+    last: dict[str, int] = {}
+    recorded: dict[str, int | None] = {}
+
+    def task(stream: str, us: float, share: float, after: list[int | None]) -> None:
+        durations.append(us)
+        shares.append(share)
+        deps.append([d for d in (last.get(stream), *after) if d is not None])
+        last[stream] = len(durations) - 1
+
+    for verb, *rest in calls:
+        if verb == "op":
+            name, stream = rest
+            task(stream, costs.op_us.get(name, 0.0), costs.share.get(name, 1.0), [])
+        elif verb == "record":
+            recorded[rest[0]] = last.get(rest[1])
+        elif verb == "wait_event":
+            task(rest[0], costs.sync_us, 0.0, [recorded.get(rest[1])])
+        elif verb == "wait_stream":
+            task(rest[0], costs.sync_us, 0.0, [last.get(rest[1])])
+    remaining = list(durations)
+    done: set[int] = set()
+    now = 0.0
+    while len(done) < len(durations):
+        running = [i for i in range(len(durations))
+                   if i not in done and all(d in done for d in deps[i])]
+        load = sum(shares[i] for i in running)
+        rate = {i: 1.0 / load if load > 1.0 and shares[i] > 0 else 1.0 for i in running}
+        step = min(remaining[i] / rate[i] for i in running)
+        now += step
+        for i in running:
+            remaining[i] -= step * rate[i]
+            if remaining[i] <= 1e-9:
+                done.add(i)
+    return now
+
+
+class FakeDeviceTimer:
+    """``ReplayTimer`` of the fake device: marks are positions in the log."""
+
+    def __init__(self, streams: FakeStreams, costs: FakeCosts):
+        self.log = streams.log
+        self.costs = costs
+        self._seen = 0
+        self._clock = 0.0
+
+    def mark(self) -> int:
+        return len(self.log.calls)
+
+    def elapsed_us(self, start: int, end: int) -> float:
+        return device_time(self.log.calls[start:end], self.costs)
+
+    def now_us(self) -> float:
+        calls = self.log.calls[self._seen:]
+        self._seen = len(self.log.calls)
+        replays = sum(1 for c in calls if c[0] == "replay")
+        self._clock += device_time(calls, self.costs) + self.costs.call_us * replays
+        return self._clock

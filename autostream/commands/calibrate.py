@@ -14,7 +14,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Capture each model's post-grad ATen graph, time every distinct op "
                     "signature on real tensors (alone and with a concurrent copy, for the "
                     "device share), measure launch/record-wait/stream-switch costs, and write "
-                    "a JSON cost table usable as cost_table=FILE.")
+                    "a JSON cost table usable as cost_table=FILE. On a device with graph "
+                    "capture (cuda, npu) ops are timed inside captured graphs replayed, and "
+                    "shares are fitted to pairs of ops timed together (--eager: eager "
+                    "launches instead).")
     p.add_argument("model_spec", nargs="*", metavar="MODEL_SPEC",
                    help="module.path:function or path/to/file.py:function returning "
                         "(model, example_inputs); several may be given (none with "
@@ -30,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--isolated", action="store_true",
                    help="keep each op's isolated time instead of its time inside the whole "
                         "graph (the default measures both and uses the in-graph one)")
+    p.add_argument("--eager", action="store_true",
+                   help="on a device with graph capture, time ops with eager launches (the "
+                        "costs of runtime='streams') instead of inside captured graphs "
+                        "replayed (the costs of runtime='graph', the default there)")
     p.add_argument("--runs", type=int, default=1,
                    help="calibrate N times and keep each number's median (default 1; on a "
                         "shared machine 3 or more give a steadier table)")
@@ -63,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         return run_from_profile(args)
     if not args.model_spec:
         raise ValueError("give at least one MODEL_SPEC (or --collectives for link fits)")
-    from autostream.calibration import calibrate_graphs, to_device
+    from autostream.calibration import calibrate_graphs, replay_device, to_device
     from autostream.cost.table import CostTable, median_table
     from autostream.cost.timing import available_device
     from autostream.models.modelspec import load_model_spec
@@ -73,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
     if args.runs < 1:
         raise ValueError("--runs must be >= 1")
     device = available_device(args.device)
+    replay = False if args.eager else None
+    if args.isolated and not args.eager and replay_device(device) is not None:
+        raise ValueError(f"--isolated chooses between eager timings; on {device.type} ops are "
+                         "timed inside captured graphs replayed (each op alone already): drop "
+                         "--isolated, or add --eager for eager timing")
     existing = None
     if isinstance(args.merge, str):
         existing = _merge_table(args.merge, device.type)
@@ -91,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     tables = [calibrate_graphs(graphs, device, args.warmup, args.repeat,
                                progress=not args.no_progress, models=args.model_spec,
                                threads=args.threads, in_graph=not args.isolated,
-                               graph_args=[c.args or None for c in captured])
+                               graph_args=[c.args or None for c in captured], replay=replay)
               for _ in range(args.runs)]
     table = median_table(tables) if args.runs > 1 else tables[0]
     if existing is not None:
@@ -117,7 +129,8 @@ def run_from_profile(args: argparse.Namespace) -> int:
     from autostream.models.modelspec import load_model_spec
 
     given = [flag for flag, on in (("--runs", args.runs != 1), ("--threads", args.threads),
-                                   ("--isolated", args.isolated), ("--collectives", args.collectives))
+                                   ("--isolated", args.isolated), ("--collectives", args.collectives),
+                                   ("--eager", args.eager))
              if on]
     if given:
         raise ValueError(f"{', '.join(given)} apply to timing ops, not to --from-profile (which "
@@ -184,7 +197,7 @@ def _reject_op_flags(args: argparse.Namespace, kind: str) -> None:
         raise ValueError(f"--device {args.device} does not match --backend {args.backend}, "
                          f"which runs on {kind}; drop --device (the backend decides)")
     given = [flag for flag, on in (("--runs", args.runs != 1), ("--threads", args.threads),
-                                   ("--isolated", args.isolated)) if on]
+                                   ("--isolated", args.isolated), ("--eager", args.eager)) if on]
     if given:
         raise ValueError(f"{', '.join(given)} apply to op calibration, not to --collectives "
                          "(which always merges its link fits into --out); drop them")

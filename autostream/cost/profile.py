@@ -41,6 +41,13 @@ class DeviceProfile:
     (``cost.collectives``; 0: unknown).  ``cores`` counts the compute cores by type
     (``cube`` and ``vector`` on Ascend, ``sm`` on CUDA; ``cores_source`` cites where the
     counts come from): a profiled op's device share is its blocks over them.
+    ``graph_kernel_us``, ``graph_sync_us`` and ``graph_call_us`` are the costs of a
+    captured graph replayed (``autostream calibrate`` on a device with graph capture; 0
+    when not measured): per kernel in the graph (a tiny kernel's share of a graph of
+    many back to back: the replay's gap between kernels and the kernel itself), per
+    dependence between kernels captured on two streams (beyond the same dependence on
+    one), and per ``replay()`` call as the host sees it (wall time of a replay of one
+    tiny kernel and a synchronize, less that replay's device time).
     """
 
     name: str
@@ -62,6 +69,10 @@ class DeviceProfile:
     #: profiled share is its blocks over its core type's count (empty: unknown)
     cores: dict[str, int] = field(default_factory=dict)
     cores_source: str = ""
+    #: a captured graph replayed: per kernel, per cross-stream dependence, per replay call
+    graph_kernel_us: float = 0.0
+    graph_sync_us: float = 0.0
+    graph_call_us: float = 0.0
     notes: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -24,12 +24,17 @@ from typing import Any
 
 from autostream.comm.registry import KINDS as COLLECTIVES
 from autostream.cost.collectives import LinkFit
+from autostream.cost.pairs import PairTiming
 from autostream.cost.profile import GENERIC_CPU, KINDS, ORIGINS, DeviceProfile
 
 SCHEMA = "autostream.cost_table"
 VERSION = 1
-#: how an entry's median was measured: inside its whole graph, or the op alone in a loop
-TIMINGS = ("graph", "isolated")
+#: how an entry's median was measured: inside its whole graph, the op alone in a loop, or
+#: back to back in a captured graph replayed (``autostream.cost.replay``)
+TIMINGS = ("graph", "isolated", "replay")
+#: profile fields a table writes only when measured (non-zero)
+OPTIONAL_PROFILE = ("link_bandwidth", "link_latency_us", "link_share", "cores", "cores_source",
+                    "graph_kernel_us", "graph_sync_us", "graph_call_us")
 #: where an entry's numbers come from: ``calibrate``'s micro-benchmarks, or a profile
 #: the user took (``calibrate --from-profile``)
 PROVENANCES = ("microbenchmark", "profile")
@@ -100,6 +105,8 @@ class CostTable:
     skipped: tuple[Skipped, ...] = ()
     #: alpha-beta fits of collectives (``cost.collectives``), optional in the file
     links: tuple[LinkFit, ...] = ()
+    #: two ops timed alone and together (``cost.pairs``), optional in the file
+    pairs: tuple[PairTiming, ...] = ()
     source: str = field(default="<memory>", compare=False)
 
     # -- I/O -------------------------------------------------------------------------
@@ -107,10 +114,11 @@ class CostTable:
         prof = self.profile.to_json()
         for k in ("name", "kind", "origin", "notes", "extra"):
             prof.pop(k)
-        for k in ("link_bandwidth", "link_latency_us", "link_share", "cores", "cores_source"):
-            if not prof[k]:  # optional: tables without link figures stay as they were
+        for k in OPTIONAL_PROFILE:
+            if not prof[k]:  # optional: tables without these figures stay as they were
                 prof.pop(k)
         links = {"links": [_link_json(f) for f in sorted(self.links, key=lambda f: f.key)]}
+        pairs = {"pairs": [_pair_json(p) for p in sorted(self.pairs, key=lambda p: p.key)]}
         return {
             "schema": SCHEMA,
             "version": VERSION,
@@ -119,6 +127,7 @@ class CostTable:
             "entries": [_entry_json(e) for e in sorted(self.entries, key=lambda e: e.key)],
             "skipped": [asdict(s) for s in sorted(self.skipped, key=lambda s: (s.op, s.signature))],
             **(links if self.links else {}),
+            **(pairs if self.pairs else {}),
         }
 
     def digest(self) -> str:
@@ -202,6 +211,9 @@ class CostTable:
             cores={k: int(v.positive(n, f"profile.cores.{k}"))
                    for k, n in v.mapping(prof.get("cores", {}), "profile.cores").items()},
             cores_source=str(prof.get("cores_source", "")),
+            graph_kernel_us=v.time(prof.get("graph_kernel_us", 0.0), "profile.graph_kernel_us"),
+            graph_sync_us=v.time(prof.get("graph_sync_us", 0.0), "profile.graph_sync_us"),
+            graph_call_us=v.time(prof.get("graph_call_us", 0.0), "profile.graph_call_us"),
             notes=str(dev.get("notes", "")),
         )
         entries = []
@@ -249,8 +261,15 @@ class CostTable:
                 raise TableError(source, f"links[{i}]", f"duplicates links[{seen_links[fit.key]}] "
                                  f"({fit.collective} on {fit.backend}, {fit.world_size} ranks)")
             seen_links[fit.key] = i
+        pairs = tuple(_read_pair(v, x, f"pairs[{i}]")
+                      for i, x in enumerate(v.sequence(data.get("pairs", []), "pairs")))
+        seen_pairs: dict[tuple[tuple[str, str], tuple[str, str]], int] = {}
+        for i, pair in enumerate(pairs):
+            if pair.key in seen_pairs:
+                raise TableError(source, f"pairs[{i}]", f"duplicates pairs[{seen_pairs[pair.key]}]")
+            seen_pairs[pair.key] = i
         return cls(device=dict(dev), profile=profile, entries=tuple(entries),
-                   skipped=tuple(skipped), links=links, source=source)
+                   skipped=tuple(skipped), links=links, pairs=pairs, source=source)
 
     # -- combining -------------------------------------------------------------------
     def merged(self, newer: CostTable) -> CostTable:
@@ -274,8 +293,10 @@ class CostTable:
         if models:
             device["models"] = sorted(models)
         links = {f.key: f for f in (*self.links, *newer.links)}
+        pairs = {p.key: p for p in (*self.pairs, *newer.pairs)}
         return replace(newer, device=device, entries=tuple(entries.values()),
-                       skipped=tuple(skipped.values()), links=tuple(links.values()))
+                       skipped=tuple(skipped.values()), links=tuple(links.values()),
+                       pairs=tuple(pairs.values()))
 
     def with_links(self, fits: Iterable[LinkFit]) -> CostTable:
         """This table with ``fits`` added (a fit of the same collective, backend and world
@@ -302,6 +323,30 @@ def _link_json(fit: LinkFit) -> dict[str, Any]:
     out = asdict(fit)
     out["sizes"] = list(fit.sizes)
     return out
+
+
+def _pair_json(p: PairTiming) -> dict[str, Any]:
+    return {"a": list(p.a), "b": list(p.b), "a_us": p.a_us, "b_us": p.b_us,
+            "together_us": p.together_us, "a_calls": p.a_calls, "b_calls": p.b_calls}
+
+
+def _read_pair(v: _Validator, x: Any, f: str) -> PairTiming:
+    v.mapping(x, f)
+
+    def op(name: str) -> tuple[str, str]:
+        key = v.sequence(v.get(x, name, f), f"{f}.{name}")
+        if len(key) != 2:
+            raise v.fail(f"{f}.{name}", f"must be [op, signature], got {key!r}")
+        return (v.string(key[0], f"{f}.{name}[0]"), v.string(key[1], f"{f}.{name}[1]", empty=True))
+
+    return PairTiming(
+        a=op("a"), b=op("b"),
+        a_us=v.positive(v.get(x, "a_us", f), f"{f}.a_us"),
+        b_us=v.positive(v.get(x, "b_us", f), f"{f}.b_us"),
+        together_us=v.positive(v.get(x, "together_us", f), f"{f}.together_us"),
+        a_calls=int(v.time(x.get("a_calls", 0), f"{f}.a_calls")),
+        b_calls=int(v.time(x.get("b_calls", 0), f"{f}.b_calls")),
+    )
 
 
 def _read_link(v: _Validator, x: Any, f: str) -> LinkFit:
@@ -420,10 +465,18 @@ def median_table(tables: Sequence[CostTable]) -> CostTable:
         f: med(getattr(p, f) for p in profiles)
         for f in ("bandwidth", "launch_overhead_us", "record_wait_us", "stream_switch_us",
                   "runtime_op_us", "runtime_call_us", "runtime_segment_us", "compile_call_us",
-                  "link_bandwidth", "link_latency_us", "link_share")})
+                  "link_bandwidth", "link_latency_us", "link_share", "graph_kernel_us",
+                  "graph_sync_us", "graph_call_us")})
     device = dict(first.device)
     device["settings"] = {**device.get("settings", {}), "runs": len(tables)}
     skipped = {(s.op, s.signature): s for t in tables for s in t.skipped
                if (s.op, s.signature) not in by_key}
+    pairs_by_key: dict[tuple[tuple[str, str], tuple[str, str]], list[PairTiming]] = {}
+    for t in tables:
+        for p in t.pairs:
+            pairs_by_key.setdefault(p.key, []).append(p)
+    pairs = tuple(replace(group[0], **{f: med(getattr(p, f) for p in group)
+                                       for f in ("a_us", "b_us", "together_us")})
+                  for group in pairs_by_key.values())
     return CostTable(device=device, profile=profile, entries=tuple(entries),
-                     skipped=tuple(skipped.values()), links=first.links)
+                     skipped=tuple(skipped.values()), links=first.links, pairs=pairs)
