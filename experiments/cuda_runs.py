@@ -141,7 +141,9 @@ def main() -> None:
             headlines += [Headline(f"{run.name}: {h.what}", h.measured, h.target, h.met,
                                    machine=h.machine)
                           for h in graph_headlines(rows, f"{machine_of(run)}, torch "
-                                                         f"{data['torch']}")]
+                                                         f"{data['torch']}",
+                                                   data.get("calibration_s"),
+                                                   data.get("total_s"))]
     record(__file__, headlines)
 
 

@@ -274,17 +274,6 @@ def test_merge_and_median_keep_pairs():
     assert [p.together_us for p in med.pairs] == [130.0]
 
 
-def test_the_gpu_checks_specs_resolve_to_model_functions():
-    from autostream.models.modelspec import resolve_model_spec
-    from experiments import replay_calibration
-
-    names = replay_calibration.specs()
-    assert len([n for n in names if "_t" in n.rpartition(":")[2]]) == 6
-    assert all(callable(resolve_model_spec(n)) for n in names)
-    if not torch.cuda.is_available():
-        assert replay_calibration.main(["--out", "unused"]) == 2
-
-
 def test_calibrate_graphs_measures_the_graph_figures_into_the_profile(monkeypatch):
     import autostream.calibration as calibration
     from autostream.cost.profile import GENERIC_CPU

@@ -44,10 +44,10 @@ __all__ = ["DEVICE_RUNTIMES", "TARGETS", "RuntimeCostModel", "default_runtime", 
 TARGETS = ("graph", "streams", "threads", "sequential", "torchair")
 #: the runtimes whose costs differ from the table's own (accelerators only)
 DEVICE_RUNTIMES = ("graph", "streams")
-#: the gap between kernels in a replayed graph where the profile has not measured it:
+#: the gap between kernels in a replayed graph where the profile gives none:
 #: about 0.9 us per kernel in a published CUDA graph example (CUDA.jl documentation)
 DEFAULT_KERNEL_GAP_US = 1.0
-#: a cross-stream edge in a replayed graph, unmeasured: two kernel gaps
+#: a cross-stream edge in a replayed graph where the profile gives none: two kernel gaps
 DEFAULT_SYNC_GAPS = 2.0
 
 
@@ -72,9 +72,8 @@ class RuntimeCostModel:
         self.runtime = runtime
         profile = base.profile
         self._device = runtime in DEVICE_RUNTIMES and profile.kind != "cpu"
-        measured = getattr(profile, "graph_kernel_us", 0.0)
-        self.kernel_gap_us = measured if measured > 0 else DEFAULT_KERNEL_GAP_US
-        self.kernel_gap_measured = measured > 0
+        given = getattr(profile, "graph_kernel_us", 0.0)
+        self.kernel_gap_us = given if given > 0 else DEFAULT_KERNEL_GAP_US
         self._cache: dict[str, OpCost] = {}
 
     def __getattr__(self, name: str) -> Any:
@@ -100,8 +99,8 @@ class RuntimeCostModel:
     @property
     def sync_latency_us(self) -> float:
         if self.runtime == "graph" and self._device:
-            measured = getattr(self.base.profile, "graph_sync_us", 0.0)
-            return measured if measured > 0 else DEFAULT_SYNC_GAPS * self.kernel_gap_us
+            given = getattr(self.base.profile, "graph_sync_us", 0.0)
+            return given if given > 0 else DEFAULT_SYNC_GAPS * self.kernel_gap_us
         return self.base.sync_latency_us
 
     @property
