@@ -28,8 +28,11 @@ def test_demo_plans_for_both_devices_measures_on_cpu_and_says_what_it_applied(
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     assert out.count("| solver | streams used | syncs | predicted makespan (us) |") == 2
-    for table, device in (("ascend910b", "Ascend 910B"), ("h200", "NVIDIA H200")):
-        assert f"{device} ({table} table)" in out
+    for table, device, runtime in (("ascend910b", "Ascend 910B", "torchair"),
+                                   ("h200", "NVIDIA H200", "graph")):
+        assert f"{device} ({table} table, costed for the {runtime} runtime)" in out
+        assert re.search(rf"^- {device}: .* faster than one stream on the {runtime} runtime",
+                         out, flags=re.M)
         best = re.search(rf"best multi-stream plan: (\w+): Gantt (\S*/{table}/\S+),", out)
         assert best is not None
         png = Path(best.group(2))

@@ -74,6 +74,8 @@ class DevicePlan:
     syncs: int
     speedup: float
     memory_increase: float | None
+    #: the runtime the prediction is for (``cost.runtime_target``)
+    runtime: str = ""
 
 
 @dataclass(frozen=True)
@@ -123,8 +125,9 @@ def _plan_for_device(table: str, device: str, args: argparse.Namespace,
         _say(f"{device}: could not plan the model: {type(exc).__name__}: {exc}")
         return None
     problem = source.problem
-    _say(f"{device} ({table} table): {problem.graph.number_of_nodes()} ops, up to "
-         f"{_count(problem.streams, 'stream')}, sync latency {problem.sync_latency_us:.1f} us")
+    _say(f"{device} ({table} table, costed for the {source.runtime_name} runtime): "
+         f"{problem.graph.number_of_nodes()} ops, up to {_count(problem.streams, 'stream')}, "
+         f"sync latency {problem.sync_latency_us:.1f} us")
     results = plan_solvers(problem, solvers, time_limit=args.time_limit, memory=source.memory)
     _say(markdown_table(results))
     if any(r.ok and r.schedule is not None and r.schedule.optimal for r in results):
@@ -150,7 +153,7 @@ def _plan_for_device(table: str, device: str, args: argparse.Namespace,
                       one_stream_us / best.schedule.makespan,
                       best.memory.peak_bytes / single.memory.peak_bytes - 1
                       if best.memory is not None and single is not None
-                      and single.memory is not None else None)
+                      and single.memory is not None else None, source.runtime_name)
 
 
 # -- part 2: measured on this machine -------------------------------------------------------
@@ -306,8 +309,9 @@ def _device_line(p: DevicePlan) -> str:
     memory = (f", peak memory {100 * p.memory_increase:+.0f}%" if p.memory_increase is not None
               else "")
     return (f"- {p.device}: {p.solver} would run the MoE layer on {p.streams} streams with "
-            f"{_count(p.syncs, 'sync')}, predicted {p.speedup:.2f}x faster than one stream{memory} "
-            "(spec-derived costs: calibrate on the device for a plan to trust).")
+            f"{_count(p.syncs, 'sync')}, predicted {p.speedup:.2f}x faster than one stream "
+            f"on the {p.runtime} runtime{memory} (spec-derived costs: calibrate on the device "
+            "for a plan to trust).")
 
 
 def _cpu_line(r: CpuRun) -> str:

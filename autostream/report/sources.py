@@ -31,6 +31,8 @@ class Source:
     runtime: RuntimeCosts | None = None
     #: the cost table, in words (``cost.label.table_label``)
     table: str = "none: the .stg file's task times"
+    #: the runtime the costs are for (``cost.runtime_target``; "" for an STG graph)
+    runtime_name: str = ""
 
 
 def problem_from_model(
@@ -41,13 +43,18 @@ def problem_from_model(
     cost_table: str | None = None,
     time_limit: float | None = None,
     title: str = "model",
+    runtime: str | None = None,
 ) -> Source:
     """Capture ``model``'s post-AOT graph (the largest, if Dynamo splits it), estimate
     op costs, and return the problem, with the split problem and runtime costs
-    ``autostream plan`` uses for multi-stream plans."""
+    ``autostream plan`` uses for multi-stream plans.  ``runtime``: the runtime the costs
+    are for (``None``: the default of the table's device, ``cost.runtime_target``)."""
     from autostream.cost.label import table_label
+    from autostream.cost.runtime_target import default_runtime, for_runtime, runtime_label
 
-    costs = load_cost_model(cost_table)
+    table = load_cost_model(cost_table)
+    kind = getattr(getattr(table, "profile", None), "kind", "")
+    costs = for_runtime(table, runtime or (default_runtime(kind) if kind else None))
     plan = plan_model(model, example_inputs, max_streams=streams, solver="single",
                       cost_table=costs, time_limit=time_limit)
     gm = next(iter(plan.op_graph.nodes.values()))["fx"].graph if len(plan.op_graph) else None
@@ -56,10 +63,9 @@ def problem_from_model(
         split = build_problem(plan.op_graph, plan.estimates, streams,
                               plan.problem.sync_latency_us, split=True,
                               transfers=plan.transfers)
-    runtime = RuntimeCosts(costs.runtime_op_us, costs.runtime_call_us, costs.runtime_segment_us)
-    device = getattr(getattr(costs, "profile", None), "kind", "")
     return Source(plan.problem, title, (), GraphMemory.from_graph(gm) if gm is not None else None,
-                  split, runtime, table_label(costs, cost_table, device))
+                  split, RuntimeCosts.of(costs), table_label(table, cost_table, kind),
+                  runtime_label(costs))
 
 
 def problem_from_spec(
