@@ -153,7 +153,7 @@ class PassReport:
         if self.plan is not None:
             out.update(self.plan.summary())
         if self.check is not None:
-            out["hand_check"] = self.check.summary()
+            out["hand_check"] = self.check.figures()
         stages = self.stages or (self.plan.stages if self.plan is not None else None)
         if stages is not None:
             out["stage_seconds"] = stages.as_dict()
@@ -518,8 +518,10 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         reason = f"left unchanged: {tagged} (hand-tagged graphs are respected)"
         target = "ge" if mode == GE_MODE else "acl" if mode in ACL_MODES else "cuda"
         try:
-            costs = self.cost_model_for(graph_device(gm.graph, example_inputs))
-            checked = check_placement(gm, target, self.options(), costs)
+            device = graph_device(gm.graph, example_inputs)
+            costs = self.cost_model_for(device)
+            checked = check_placement(gm, target, self.options(), costs,
+                                      cost_table=self.table_label(device))
         except Exception as exc:  # the check must never break compilation
             if strict():
                 raise

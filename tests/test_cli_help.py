@@ -7,7 +7,7 @@ import pytest
 
 from autostream.cli import main
 
-COMMANDS = ("demo", "plan", "compare", "calibrate")
+COMMANDS = ("demo", "plan", "check", "compare", "calibrate")
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -25,3 +25,25 @@ def test_top_level_help_names_every_command(capsys):
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert all(c in out for c in COMMANDS)
+    assert "exit status: 0 done; 1 " in out and "3 an internal" in out
+
+
+def test_check_help_states_its_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    out = capsys.readouterr().out
+    for line in ("0  nothing found", "1  the placement has races", "2  bad usage",
+                 "3  an internal error"):
+        assert f"\n  {line}" in out
+
+
+def test_an_internal_error_exits_3_not_1(monkeypatch, capsys):
+    from autostream.commands import check
+
+    def broken(spec, *args):
+        raise TypeError("a bug")
+
+    monkeypatch.setattr(check, "check_spec", broken)
+    assert main(["check", "some.module:fn"]) == 3
+    err = capsys.readouterr().err
+    assert "TypeError: a bug" in err and "internal error" in err
