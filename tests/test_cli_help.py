@@ -47,3 +47,20 @@ def test_an_internal_error_exits_3_not_1(monkeypatch, capsys):
     assert main(["check", "some.module:fn"]) == 3
     err = capsys.readouterr().err
     assert "TypeError: a bug" in err and "internal error" in err
+
+
+def test_log_lines_name_autostream_once():
+    """A warning logged as ``autostream: ...`` (as a library user sees it) is printed by the
+    command line as ``WARNING: autostream: ...``, not ``autostream: WARNING: autostream:``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = subprocess.run(
+        [sys.executable, "-m", "autostream.cli", "check", "autostream.models.experts:coarse",
+         "--cost-table", "h200", "--time-limit", "0.3"],
+        cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    warnings = [line for line in run.stderr.splitlines() if "WARNING" in line]
+    assert warnings and all(line.startswith("WARNING: autostream: link fit of ")
+                            for line in warnings), warnings
