@@ -48,6 +48,7 @@ from autostream.dialects.torchair_modes import (
     torchair_mode,
 )
 from autostream.dialects.verify import verify_rewrite
+from autostream.fx.device import graph_device
 from autostream.fx.graph import target_name
 from autostream.memory.budget import format_bytes
 from autostream.planning.check import HandCheck, check_placement
@@ -202,23 +203,6 @@ def load_table(cost_table: str | os.PathLike) -> TableCostModel:
             f"name ({', '.join(cost_models.available())}), the path of a table `autostream "
             f"calibrate` wrote, or no cost_table for the default table of the graph's "
             f"device.") from None
-
-
-def graph_device(graph: torch.fx.Graph, example_inputs: Any = None) -> str:
-    """The device type of the graph's first tensor input (``"cpu"`` when none says).
-
-    >>> g = torch.fx.Graph(); x = g.placeholder("x"); x.meta["val"] = torch.empty(1, device="meta")
-    >>> graph_device(g)
-    'meta'
-    """
-    for node in graph.find_nodes(op="placeholder"):
-        value = node.meta.get("val", node.meta.get("example_value"))
-        if isinstance(value, torch.Tensor):
-            return value.device.type
-    for value in example_inputs or ():
-        if isinstance(value, torch.Tensor):
-            return value.device.type
-    return "cpu"
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from autostream.dialects.torchair_modes import (
     acl_scope_overhead_us,
 )
 from autostream.dialects.verify import verify_rewrite
+from autostream.fx.device import graph_device
 from autostream.fx.graph import communicates, is_view_op, op_effects
 from autostream.planning.plan import Plan, PlanOptions, build_problem, load_cost_model, plan_graph
 from autostream.scheduling.schedule import JOIN, Schedule
@@ -278,8 +279,6 @@ def check(gm: torch.fx.GraphModule, mode: str = "cuda", cost_table: Any = None,
     >>> [r.ops for r in check(gm, cost_table="h200").races]  # no wait before the add
     [('neg_default', 'add_tensor')]
     """
-    from autostream.passes import graph_device  # the pass imports this module
-
     options = PlanOptions(max_streams=max_streams, cost_table=None, time_limit=time_limit,
                           max_memory_increase=max_memory_increase)
     device = "npu" if mode in ("ge", "acl") else graph_device(gm.graph)
