@@ -10,16 +10,38 @@ import argparse
 import importlib
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 
 COMMANDS = ("demo", "plan", "check", "compare", "calibrate")
 VERBOSE_HELP = "log what autostream does (its INFO lines: one per graph planned)"
+EXIT_CODES = """\
+exit status: 0 done; 1 the command found what it looks for (check: races or other problems;
+compare: no solver made a plan); 2 bad usage or input (the message names it); 3 an internal
+error (a traceback follows)"""
+
+
+class LogFormat(logging.Formatter):
+    """``LEVEL: origin: message``; a message that already starts with its logger's name
+    (autostream's say ``autostream: ...`` to a library user too) is not prefixed twice.
+
+    >>> def line(name, msg):
+    ...     return LogFormat().format(logging.LogRecord(name, logging.WARNING, "", 0, msg, (), None))
+    >>> line("autostream", "autostream: link fit at world size 2"), line("torch", "slow")
+    ('WARNING: autostream: link fit at world size 2', 'WARNING: torch: slow')
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = super().format(record)
+        named = message.startswith(record.name)
+        return f"{record.levelname}: " + (message if named else f"{record.name}: {message}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="autostream",
         description="Automatic multi-stream planning for PyTorch graphs.",
+        epilog=EXIT_CODES,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -41,7 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``autostream`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(LogFormat())
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     if args.verbose:  # autostream's lines only: torch's INFO logs are not the user's question
         logging.getLogger("autostream").setLevel(logging.INFO)
     if not getattr(args, "func", None):
@@ -52,6 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"autostream {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except Exception:  # noqa: BLE001 - not 1, which says what a command found
+        traceback.print_exc()
+        print(f"autostream {args.command}: internal error (the traceback above): please "
+              f"report it", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

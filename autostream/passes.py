@@ -48,6 +48,7 @@ from autostream.dialects.torchair_modes import (
     torchair_mode,
 )
 from autostream.dialects.verify import verify_rewrite
+from autostream.fx.device import graph_device
 from autostream.fx.graph import target_name
 from autostream.memory.budget import format_bytes
 from autostream.planning.check import HandCheck, check_placement
@@ -159,7 +160,7 @@ class PassReport:
         if self.plan is not None:
             out.update(self.plan.summary())
         if self.check is not None:
-            out["hand_check"] = self.check.summary()
+            out["hand_check"] = self.check.figures()
         stages = self.stages or (self.plan.stages if self.plan is not None else None)
         if stages is not None:
             out["stage_seconds"] = stages.as_dict()
@@ -208,23 +209,6 @@ def load_table(cost_table: str | os.PathLike) -> TableCostModel:
             f"name ({', '.join(cost_models.available())}), the path of a table `autostream "
             f"calibrate` wrote, or no cost_table for the default table of the graph's "
             f"device.") from None
-
-
-def graph_device(graph: torch.fx.Graph, example_inputs: Any = None) -> str:
-    """The device type of the graph's first tensor input (``"cpu"`` when none says).
-
-    >>> g = torch.fx.Graph(); x = g.placeholder("x"); x.meta["val"] = torch.empty(1, device="meta")
-    >>> graph_device(g)
-    'meta'
-    """
-    for node in graph.find_nodes(op="placeholder"):
-        value = node.meta.get("val", node.meta.get("example_value"))
-        if isinstance(value, torch.Tensor):
-            return value.device.type
-    for value in example_inputs or ():
-        if isinstance(value, torch.Tensor):
-            return value.device.type
-    return "cpu"
 
 
 @dataclass(frozen=True)
@@ -530,8 +514,10 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         reason = f"left unchanged: {tagged} (hand-tagged graphs are respected)"
         target = "ge" if mode == GE_MODE else "acl" if mode in ACL_MODES else "cuda"
         try:
-            costs = self.cost_model_for(graph_device(gm.graph, example_inputs))
-            checked = check_placement(gm, target, self.options(), costs)
+            device = graph_device(gm.graph, example_inputs)
+            costs = self.cost_model_for(device)
+            checked = check_placement(gm, target, self.options(), costs,
+                                      cost_table=self.table_label(device))
         except Exception as exc:  # the check must never break compilation
             if strict():
                 raise

@@ -70,6 +70,33 @@ def test_cpu_trace_gives_the_graphs_signatures_with_median_times(tmp_path, tiny)
             assert cm.estimate(n).source == "exact"
 
 
+def test_a_profile_table_is_labelled_with_the_machine_that_read_it_and_the_date(
+        tmp_path, tiny, monkeypatch):
+    import datetime
+
+    from autostream.cost import from_profile
+
+    model, inputs, _ = tiny
+    path = _trace(tmp_path, model, inputs, steps=1)
+    monkeypatch.setattr(from_profile, "device_name", lambda device: "Intel Xeon (8 cores)")
+    monkeypatch.setattr(from_profile, "_utc_now", lambda: datetime.datetime(
+        2027, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc))
+    shipped = TableCostModel.load("cpu").table.device
+    table = table_from_profile(path).table
+    assert table.device["name"] == table.profile.name == "Intel Xeon (8 cores)"
+    assert table.device["date"] == "2027-01-02T03:04:05Z"
+    # the device profile is the shipped table's, and the label says whose
+    assert f"shipped 'cpu' table's, {shipped['name']}'s (measured, {shipped['date'][:10]})" \
+        in table.device["notes"]
+    # merged into a table: its label stays (only one device's tables merge), the note says
+    # which entries came from where
+    merged = table_from_profile(path, merge=TableCostModel.load("cpu").table).table
+    assert merged.device["name"] == shipped["name"] and merged.device["date"] == shipped["date"]
+    note = merged.device["profile"]["note"]
+    assert "read from" in note and "on 2027-01-02 on Intel Xeon (8 cores)" in note
+    assert note.endswith(f"are {shipped['name']}'s (measured, {shipped['date'][:10]})")
+
+
 def test_profile_without_shapes_is_an_error_naming_file_and_column(tmp_path, tiny):
     model, inputs, _ = tiny
     path = _trace(tmp_path, model, inputs, steps=1, shapes=False)

@@ -70,16 +70,77 @@ def test_exact_hit_returns_the_measured_time_and_share():
     assert cm.estimate(node) == OpCost(123.0, 0.8, "exact")
 
 
-def test_scaled_from_one_reference_grows_with_flops():
-    ref = mm_node(8, 16, 32)
-    cm = model(entry_for(ref, 105.0))
-    big, small = cm.estimate(mm_node(16, 16, 32)), cm.estimate(mm_node(4, 16, 32))
+def test_a_work_bound_reference_scales_about_linearly():
+    ref = mm_node(256, 256, 256)  # 33.5 MFLOP: 335 us at GENERIC_CPU's peak, 5 us launch
+    cm = model(entry_for(ref, 700.0))
+    big, small = cm.estimate(mm_node(512, 256, 256)), cm.estimate(mm_node(128, 256, 256))
     assert big.source == small.source == "scaled"
-    # twice the FLOPs: the part above the launch overhead doubles
+    # twice (half) the FLOPs: the part above the launch nearly doubles (halves)
     lo = GENERIC_CPU.launch_overhead_us
-    assert big.duration_us == pytest.approx(lo + 2 * (105.0 - lo))
-    assert small.duration_us == pytest.approx(lo + 0.5 * (105.0 - lo))
-    assert "aten" not in big.note or "FLOPs" in big.note
+    assert big.duration_us == pytest.approx(lo + 2 * (700.0 - lo), rel=0.02)
+    assert small.duration_us == pytest.approx(lo + 0.5 * (700.0 - lo), rel=0.02)
+    assert "FLOPs" in big.note and node_signature(ref).key in big.note
+
+
+def test_a_launch_bound_reference_grows_by_the_roofline_not_by_the_work_ratio():
+    # the shipped cpu table's zeros_like f32[8, 4] (21 us, 256 bytes) and a 32x256 op:
+    # 256x the bytes must not make 256x the time above the launch (5,000 us)
+    ref = first(lambda x: torch.zeros_like(x), torch.ones(8, 4))
+    cm = model(entry_for(ref, 21.43))
+    query = first(lambda x: torch.zeros_like(x), torch.ones(32, 256))
+    est = cm.estimate(query)
+    extra_bytes = node_signature(query).bytes - node_signature(ref).bytes
+    at_bandwidth = 1e6 * extra_bytes / GENERIC_CPU.bandwidth  # 6.5 us
+    assert est.source == "scaled" and "bytes" in est.note
+    assert 21.43 + at_bandwidth <= est.duration_us <= 21.43 + 4 * at_bandwidth
+    # and down: a smaller op costs about the same, never less than the launch
+    tiny = cm.estimate(first(lambda x: torch.zeros_like(x), torch.ones(2)))
+    assert GENERIC_CPU.launch_overhead_us <= tiny.duration_us <= 21.43
+
+
+def test_shipped_cpu_table_prices_a_larger_zeros_like_near_its_reference():
+    cm = TableCostModel.load("cpu")
+    sig = node_signature(first(lambda x: torch.zeros_like(x), torch.ones(8, 4)))
+    ref = cm.estimate_signature(sig)
+    assert ref.source == "exact"
+    est = cm.estimate(first(lambda x: torch.zeros_like(x), torch.ones(32, 256)))
+    assert est.source == "scaled" and sig.key in est.note
+    assert ref.duration_us < est.duration_us < 2 * ref.duration_us
+
+
+def test_two_references_fit_an_affine_rate_above_the_largest():
+    a, b = mm_node(128, 256, 256), mm_node(256, 256, 256)  # 16.8 and 33.5 MFLOP
+    cm = model(entry_for(a, 200.0), entry_for(b, 400.0))
+    rate = 200.0 / (node_signature(b).flops - node_signature(a).flops)  # us per FLOP
+    big = cm.estimate(mm_node(512, 256, 256))
+    assert big.duration_us == pytest.approx(400.0 + rate * node_signature(b).flops)
+    assert "affine fit over 2 references" in big.note
+    # below the smallest: its time beyond the launch in proportion to the work
+    small = cm.estimate(mm_node(64, 256, 256))
+    assert small.duration_us == pytest.approx(5.0 + (200.0 - 5.0) / 2)
+    assert "affine fit" not in small.note and "in proportion to the work" in small.note
+
+
+def test_scaling_down_stays_between_the_launch_and_the_reference():
+    lo = GENERIC_CPU.launch_overhead_us
+    cm = model(entry_for(mm_node(256, 256, 256), 300.0))
+    tiny = cm.estimate(mm_node(1, 16, 32))  # 1/65,536 of the reference's FLOPs
+    assert lo < tiny.duration_us < lo + 0.01
+    # a reference faster than the launch overhead: smaller ops cost what it does
+    fast = model(entry_for(mm_node(8, 16, 32), 3.0)).estimate(mm_node(2, 16, 32))
+    assert fast.duration_us == 3.0
+
+
+def test_a_fit_through_launch_bound_references_is_not_trusted():
+    # two tiny references 7 us apart: their difference is noise, not a rate to extrapolate
+    a, b = (first(lambda x: x.relu(), torch.ones(n)) for n in (32, 64))
+    cm = model(entry_for(a, 18.0), entry_for(b, 25.0))
+    query = first(lambda x: x.relu(), torch.ones(8192))
+    est = cm.estimate(query)
+    assert "affine fit" not in est.note
+    at_bandwidth = 1e6 * (node_signature(query).bytes - node_signature(b).bytes) / GENERIC_CPU.bandwidth
+    # the noisy slope would give 25 + 7 * 127 = 914 us
+    assert 25.0 + at_bandwidth <= est.duration_us <= 25.0 + 5 * at_bandwidth
 
 
 def test_scaled_interpolates_between_bracketing_references():
@@ -202,9 +263,8 @@ def test_scaling_prefers_references_of_the_same_family():
     query = first(lambda a, b: a @ b.t(), torch.ones(16, 16), torch.ones(32, 16),
                   target=torch.ops.aten.mm.default)
     est = cm.estimate(query)
-    lo = GENERIC_CPU.launch_overhead_us
     assert est.source == "scaled" and node_signature(trans).key in est.note
-    assert est.duration_us == pytest.approx(lo + 2 * (100.0 - lo))
+    assert est.duration_us >= 100.0  # grown from the transposed 100 us, not the plain 10 us
 
 
 def test_stream_ops_of_a_rewritten_graph_are_free():

@@ -124,7 +124,45 @@ def test_check_cli_writes_the_json_keys(tmp_path, capsys):
     for key in ("races", "hand_us", "autostream_us", "bound_us", "single_stream_us"):
         assert key in data
     assert set(data["races"][0]) >= {"ops", "streams", "storage", "source"}
-    assert "race:" in capsys.readouterr().out
+    assert data["cost_table"].startswith("'ascend910b' (given; npu, spec-derived")
+    printed = capsys.readouterr().out
+    assert "race:" in printed and "cost table: 'ascend910b' (given" in printed
+
+
+def test_check_list_prints_a_working_spec_per_recipe(capsys):
+    from autostream.dialects.hand import has_placement
+    from autostream.models.modelspec import load_model_spec
+
+    assert cli_main(["check", "--list"]) == 0
+    specs = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert specs == [f"autostream.models.experts:{r}" for r in RECIPES]
+    for spec in specs:
+        gm, _ = load_model_spec(spec)
+        assert has_placement(gm.graph.nodes), spec
+
+
+def test_check_exit_codes_and_the_default_table_per_mode(capsys):
+    # a clean placement: 0; TorchAir's modes default to the Ascend table
+    assert cli_main(["check", "autostream.models.experts:coarse", "--mode", "ge",
+                     "--time-limit", "0.3"]) == 0
+    assert "cost table: 'ascend910b' (the default of npu graphs" in capsys.readouterr().out
+    # cuda events on a graph of (fake) CPU tensors: the cpu table, named
+    assert cli_main(["check", "autostream.models.experts:fine_bf16_race",
+                     "--time-limit", "0.3"]) == 1
+    assert "cost table: 'cpu' (the default of cpu graphs" in capsys.readouterr().out
+    assert cli_main(["check"]) == 2  # no SPEC
+    assert "--list" in capsys.readouterr().err
+
+
+def test_check_summary_is_text_and_figures_the_numbers():
+    layer = build("fine_bf16_race", "qwen3_moe", tokens=8)
+    result = check(layer.gm, "ge", "ascend910b", time_limit=0.3)
+    text = result.summary()
+    assert isinstance(text, str) and text.splitlines()[0].startswith("hand placement")
+    assert "1 race(s)" in text and text.splitlines()[-1].startswith("  cost table: 'ascend910b'")
+    figures = result.figures()
+    assert figures["hand_us"] == result.hand_us and len(figures["races"]) == 1
+    assert repr(result) == f"<HandCheck {text}>"
 
 
 def test_pass_report_carries_the_check_and_warns(caplog):

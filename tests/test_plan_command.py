@@ -98,3 +98,25 @@ def test_plan_json_has_the_time_of_every_stage_of_the_pass(tmp_path, capsys):
     assert data["applied"] is True and data["streams_used"] > 1  # rewritten and verified
     assert data["pass_seconds"] == pytest.approx(sum(stages.values()), abs=1e-3)
     assert "pass time" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("optimal", "solver", "source", "words"), [
+    (False, "cpsat", "heft", "cpsat: feasible, not proven optimal within its time budget; the "
+                             "plan is HEFT's, its warm start: the search found none faster"),
+    (False, "cpsat", "single", "cpsat: feasible, not proven optimal within its time budget; "
+                               "the plan is one stream: no multi-stream plan it found is "
+                               "predicted faster"),
+    (True, "cpsat", "cpsat", "cpsat: proven optimal"),
+    (False, "cpsat", "opara", "the plan is the opara baseline's (of its portfolio)"),
+    (False, "heft", None, "heft: a heuristic: no optimality proof"),
+])
+def test_plan_says_what_its_status_and_the_plans_origin_mean(optimal, solver, source, words):
+    from autostream.commands.plan import describe
+
+    summary = {"solver": solver, "optimal": optimal, "nodes": 3, "streams_used": 2,
+               "makespan_us": 5.0, "lower_bound_us": 4.0, "single_stream_us": 8.0,
+               "num_syncs": 1, "plan_seconds": 0.1,
+               "solver_stats": {"source": source} if source else {}}
+    first = describe("m:f", summary).splitlines()[0]
+    assert first.startswith("plan m:f: ") and words in first
+    assert "plan from" not in first

@@ -359,9 +359,35 @@ def test_gantt_legend_names_what_is_drawn_and_the_memory_axis_shows_a_small_rise
     assert "other ops" in labels and f"sync ({len(syncs)})" in labels
     # the join ends a sync latency after the last op: the arrow points at a line saying so
     assert labels[0] == f"outputs joined {plan.makespan + 0.5:.1f} us"
-    assert labels[1] == f"makespan {plan.makespan:.1f} us"
+    assert labels[1] == f"makespan {plan.makespan:,.1f} us (ops and syncs)"
     low, high = panel.get_ylim()
     assert 99 < low < 100 and 101 < high < 101.2  # MiB: the 1% rise fills the panel
+
+
+def test_gantt_names_the_predicted_time_the_title_may_give() -> None:
+    """A title with the plan's predicted time (the makespan and the runtime's host costs)
+    finds that figure in the legend too, beside the makespan."""
+    from autostream.report.gantt import gantt_figure
+    from autostream.scheduling.solvers import solve
+
+    g = nx.DiGraph([("a", "b"), ("a", "c")])
+    nx.set_node_attributes(g, 1000.0, "duration")
+    problem = SchedulingProblem(g, streams=2)
+    plan = solve(problem, "heft")
+    predicted = plan.makespan + 113.2
+    title = f"{predicted:,.1f} us predicted"
+    fig = gantt_figure(problem, plan, syncs_for(problem, plan), title=title,
+                       predicted_us=predicted)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert ax.get_title() == "2,113.2 us predicted"
+    assert "predicted 2,113.2 us (the makespan and the runtime's host costs)" in labels
+    assert "makespan 2,000.0 us (ops and syncs)" in labels
+    assert ax.get_xlim()[1] > predicted  # the line is inside the chart
+    # equal to the makespan (one stream, no runtime costs): no second line
+    same = gantt_figure(problem, plan, syncs_for(problem, plan), predicted_us=plan.makespan)
+    assert not any(t.get_text().startswith("predicted")
+                   for t in same.axes[0].get_legend().get_texts())
 
 
 def test_compare_says_whether_graph_dumps_were_rendered(tmp_path, monkeypatch, capsys) -> None:

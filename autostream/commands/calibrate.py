@@ -146,8 +146,9 @@ def run_from_profile(args: argparse.Namespace) -> int:
         graphs += capture_graphs(model, inputs)
     result = table_from_profile(args.from_profile, merge=merge, graphs=graphs)
     result.table.save(args.out)
-    print(f"wrote {args.out}: {len(result.table.entries)} op signatures on "
-          f"{result.table.device['name']}")
+    device = result.table.device
+    print(f"wrote {args.out}: {len(result.table.entries)} op signatures on {device['name']}\n"
+          f"  {device['profile'].get('note') or device.get('notes', '')}")
     for line in report(result, coverage(graphs, result.table) if graphs else None):
         print(line)
     return 0

@@ -274,8 +274,8 @@ def _measured_trace(model: Any, inputs: tuple[Any, ...], args: argparse.Namespac
 
     gantt = gantt_png(Path(args.out) / "cpu" / "plan_gantt.png", plan.problem, plan.schedule,
                       list(plan.syncs), title=f"two GEMV chains, {plan.schedule.solver}, "
-                      f"{plan.predicted_us:,.0f} us predicted on {plan.schedule.streams_used} "
-                      f"streams")
+                      f"{plan.predicted_us:,.1f} us predicted on {plan.schedule.streams_used} "
+                      f"streams", predicted_us=plan.predicted_us)
     _say(f"Gantt chart of the measured plan (predicted times): {gantt}")
 
 

@@ -175,14 +175,46 @@ def budget_summary(plan: Any, cost_table: str | None) -> dict[str, Any]:
             "scope_keys": {str(k): scope_keys(v, cores) for k, v in plan.core_budgets.items()}}
 
 
+#: where the plan a solver returned came from, when not from its own search
+_SOURCE_WORDS = {
+    "single": "the plan is one stream: no multi-stream plan it found is predicted faster",
+    "heft": "the plan is HEFT's, its warm start: the search found none faster",
+    "overlap": "the plan is the overlap heuristic's: the search found none faster",
+    "cpsat_x1.5": "the plan is from its CP-SAT model of the device at 1.5x its capacity "
+                  "(shares may oversubscribe it; the simulator picked it)",
+    "cpsat_relaxed": "the plan is from its CP-SAT model without device shares (the "
+                     "simulator picked it)",
+}
+
+
+def status_words(s: dict[str, Any]) -> str:
+    """What the solver's status and the plan's origin mean, in words.
+
+    >>> status_words({"solver": "cpsat", "optimal": False, "solver_stats": {"source": "heft"}})
+    "feasible, not proven optimal within its time budget; the plan is HEFT's, its warm start: the search found none faster"
+    >>> status_words({"solver": "heft", "optimal": False})
+    'a heuristic: no optimality proof'
+    """
+    if s["optimal"]:
+        words = "proven optimal"
+    elif s["solver"] == "cpsat":
+        words = "feasible, not proven optimal within its time budget"
+    elif s["solver"] == "single":
+        words = "one stream in program order (no search)"
+    else:
+        words = "a heuristic: no optimality proof"
+    source = s.get("solver_stats", {}).get("source")
+    if source and source != s["solver"]:
+        words += "; " + _SOURCE_WORDS.get(
+            source, f"the plan is the {source} baseline's (of its portfolio): the search "
+                    f"found none faster")
+    return words
+
+
 def describe(spec: str, s: dict[str, Any]) -> str:
     """The human summary."""
-    status = "proven optimal" if s["optimal"] else "feasible"
-    stats = s.get("solver_stats", {})
-    if "source" in stats and stats["source"] not in (s["solver"],):
-        status += f", plan from {stats['source']}"
     lines = [
-        f"plan {spec}: {s['solver']} ({status})",
+        f"plan {spec}: {s['solver']}: {status_words(s)}",
         f"  ops                {s['nodes']}",
         f"  streams used       {s['streams_used']}",
         f"  makespan           {s['makespan_us']:.2f} us",

@@ -24,17 +24,21 @@ the cautious end (an unknown op is assumed to fill the device).  The split facto
 
 from __future__ import annotations
 
+import datetime
 import math
+import platform
+import socket
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.fx
 
 import cost_models
-from autostream.cost.calibrate import _quantile
+from autostream.cost.calibrate import _quantile, device_name
 from autostream.cost.free import is_free_target
 from autostream.cost.prof_chrome import ProfileCalls, read_chrome_trace
 from autostream.cost.prof_errors import ProfileError
@@ -103,6 +107,42 @@ def read_profile(path: str | Path, cores: dict[str, int] | None = None) -> Profi
                            "output (*_ascend_pt/ASCEND_PROFILER_OUTPUT) nor one holding exactly "
                            f"one Chrome trace ({len(traces)} .json files); give the file")
     return read_chrome_trace(path, (cores or {}).get("sm", 0))
+
+
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def profile_device(base: CostTable, found: ProfileCalls, path: Path, merged: bool
+                   ) -> dict[str, Any]:
+    """The ``device`` label of a table read from a profile: whose op times, read when and
+    where, and whose device profile (peak rates, launch, syncs: a profile has none).
+
+    Merged into a table, the label stays that table's (only tables of one device merge)
+    and ``profile.note`` says which entries the profile gave.  Else the device is the one the
+    profile names (CUDA traces), or this machine's CPU for a CPU trace (read where it was
+    taken), dated now; the notes name the shipped table whose device profile it keeps.
+    """
+    now = _utc_now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    here = device_name(torch.device("cpu"))
+    read = {"path": str(path), "steps": found.steps, "calls": len(found.calls), "read": now,
+            "read_on": f"{here} ({socket.gethostname()})"}
+    whose = (f"{base.device['name']}'s ({base.device.get('origin', 'measured')}"
+             + (f", {base.device['date'][:10]}" if base.device.get("date") else "") + ")")
+    if merged:
+        read["note"] = (f"the entries with provenance 'profile' were read from {path} on "
+                        f"{now[:10]} on {here}; the device label, the other entries and the "
+                        f"device profile are {whose}")
+        return {**base.device, "profile": read}
+    name = found.device_name or (here if found.kind == "cpu" else
+                                 f"{found.kind} device of {path.name} (unnamed)")
+    notes = (f"op times read from the profile {path}; the device profile (peak rates, "
+             f"bandwidth, launch, syncs, runtime costs) is the shipped "
+             f"{BASE_TABLES[found.kind]!r} table's, {whose}: `autostream calibrate` measures "
+             f"this device's")
+    return {"name": name, "kind": found.kind, "origin": "measured", "host": socket.gethostname(),
+            "platform": platform.platform(), "torch": torch.__version__, "date": now,
+            "profile": read, "notes": notes}
 
 
 def _entry(sig: OpSignature, calls: list, share: float) -> Entry:
@@ -226,9 +266,9 @@ def table_from_profile(path: str | Path, merge: CostTable | None = None,
         if key in old:  # a profile does not measure the split (CPU threads): keep the table's
             entry = replace(entry, split=old[key].split)
         entries.append(entry)
-    device = dict(base.device)
-    device["profile"] = {"path": str(path), "steps": found.steps, "calls": len(found.calls)}
-    new = CostTable(device=device, profile=replace(base.profile, cores={**cores, **found.cores}),
+    device = profile_device(base, found, Path(path), merged=merge is not None)
+    new = CostTable(device=device, profile=replace(base.profile, name=device["name"],
+                                                   cores={**cores, **found.cores}),
                     entries=tuple(entries))
     disagreements, ratios = [], []
     for e in entries:

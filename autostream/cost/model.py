@@ -1,7 +1,8 @@
 """``TableCostModel``: an op's duration and device share, and where the numbers came from.
 
 Lookup chain for one op: ``exact`` (the table measured this signature) ->
-``scaled`` (the same op measured at other shapes, scaled by FLOPs or bytes) ->
+``scaled`` (the same op measured at other shapes: interpolated by FLOPs or bytes, or
+extrapolated as in :mod:`autostream.cost.scaling`) ->
 ``roofline`` (the device profile's peak rates) -> ``free`` (metadata-only ops).
 
 >>> import torch
@@ -15,7 +16,6 @@ Lookup chain for one op: ``exact`` (the table measured this signature) ->
 from __future__ import annotations
 
 import bisect
-import math
 import os
 import re
 from collections import defaultdict
@@ -29,6 +29,7 @@ import cost_models
 from autostream.cost.collectives import TransferCost, estimate_transfer
 from autostream.cost.free import is_free_target
 from autostream.cost.profile import GENERIC_CPU
+from autostream.cost.scaling import Reference, extrapolate, fitted_rate
 from autostream.cost.signature import OpSignature, dtype_short, node_cost_key, node_signature
 from autostream.cost.table import CostTable, Entry
 
@@ -199,14 +200,22 @@ class TableCostModel:
             split = lo.split + f * (hi.split - lo.split)
             return OpCost(t, share, "scaled", f"interpolated by {what} between "
                           f"({lo.signature}) and ({hi.signature})", split, lo.timing)
+        # outside the measured sizes: affine from the nearest reference (cost.scaling)
         ref = hi if lo is None else lo
-        if hi is not None and lo is not None:
-            ref = min((lo, hi), key=lambda e: abs(math.log((_work(e) + 1) / (work + 1))))
-        fixed = min(self.profile.launch_overhead_us, ref.time_us)
-        ratio = work / _work(ref) if _work(ref) > 0 else 1.0
-        t = fixed + (ref.time_us - fixed) * ratio
-        return OpCost(t, ref.share, "scaled", f"scaled by {what} from ({ref.signature})",
+        p = self.profile
+        rate, fitted = None, 0
+        for group in ((refs, self._by_op.get((sig.op, dtype), ())) if lo is ref else ()):
+            rate = fitted_rate([self._reference(e) for e in group], p.launch_overhead_us)
+            if rate is not None:
+                fitted = len(group)
+                break
+        t, how = extrapolate(self._reference(ref), work, p.core_us(sig.flops, sig.bytes, dtype),
+                             p.launch_overhead_us, rate, fitted, what)
+        return OpCost(t, ref.share, "scaled", f"scaled by {what} from ({ref.signature}): {how}",
                       ref.split, ref.timing)
+
+    def _reference(self, e: Entry) -> Reference:
+        return Reference(e.time_us, _work(e), self.profile.core_us(e.flops, e.bytes, e.dtype))
 
 
 _TENSOR = re.compile(r"([A-Za-z][A-Za-z0-9_]*)\[([0-9, ]*)\]")

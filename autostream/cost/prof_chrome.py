@@ -45,6 +45,8 @@ class ProfileCalls:
     #: kernels whose launching op the profile does not name
     unlinked_kernels: int = 0
     cores: dict[str, int] = field(default_factory=dict)
+    #: the device's name where the profile records it (CUDA traces' ``deviceProperties``)
+    device_name: str = ""
 
 
 def load_json(path: Path) -> Any:
@@ -160,7 +162,9 @@ def read_chrome_trace(path: str | Path, sm_count: int = 0) -> ProfileCalls:
         parts = linked[i]
         total = sum(d for d, _ in parts)
         calls.append(op_call(ev, source, f"event {i}", total, weighted_share(parts)))
-    return ProfileCalls(tuple(calls), "cuda", source, steps, unlinked, {"sm": sms} if sms else {})
+    named = next((str(p["name"]) for p in props if isinstance(p, dict) and p.get("name")), "")
+    return ProfileCalls(tuple(calls), "cuda", source, steps, unlinked, {"sm": sms} if sms else {},
+                        named)
 
 
 def weighted_share(parts: list[tuple[float, float | None]]) -> float | None:

@@ -538,21 +538,39 @@ def spec(recipe: str, config: str = "deepseek_v3", tokens: int = 32
     return build(recipe, config, tokens).gm, ()
 
 
+# one ``autostream check`` SPEC per recipe (``autostream.models.experts:<recipe>``;
+# ``autostream check --list`` prints them with their first docstring line)
+
 def coarse() -> tuple[torch.fx.GraphModule, tuple[()]]:
-    """Recipe (a) at DeepSeek-V3 sizes, 32 tokens (``autostream check`` SPEC)."""
+    """MoE, recipe (a): the whole shared expert on a side stream (DeepSeek-V3, 32 tokens)."""
     return spec("coarse")
 
 
 def fine_bf16() -> tuple[torch.fx.GraphModule, tuple[()]]:
-    """Recipe (b) at DeepSeek-V3 sizes, 32 tokens."""
+    """MoE, recipe (b): shared expert split around dispatch and combine (DeepSeek-V3, 32 tokens)."""
     return spec("fine_bf16")
 
 
-def fine_bf16_race() -> tuple[torch.fx.GraphModule, tuple[()]]:
-    """Recipe (b) with vLLM #28942's race, at DeepSeek-V3 sizes, 32 tokens."""
-    return spec("fine_bf16_race")
+def fine_w8a8() -> tuple[torch.fx.GraphModule, tuple[()]]:
+    """MoE, recipe (c): W8A8, quant and dequant beside the routed path (DeepSeek-V3, 32 tokens)."""
+    return spec("fine_w8a8")
 
 
 def mla_decode() -> tuple[torch.fx.GraphModule, tuple[()]]:
-    """Recipe (d) at DeepSeek-V3 sizes, 32 tokens."""
+    """MLA decode, recipe (d): KV path on a side stream, npu_wait_tensor (DeepSeek-V3, 32 tokens)."""
     return spec("mla_decode")
+
+
+def dual_stream() -> tuple[torch.fx.GraphModule, tuple[()]]:
+    """MoE, recipe (e): SGLang's routed path on the alternate stream (DeepSeek-V3, 32 tokens)."""
+    return spec("dual_stream")
+
+
+def v4_prolog() -> tuple[torch.fx.GraphModule, tuple[()]]:
+    """Attention prolog, recipe (f): three fork/join pairs (DeepSeek-V3, 32 tokens)."""
+    return spec("v4_prolog")
+
+
+def fine_bf16_race() -> tuple[torch.fx.GraphModule, tuple[()]]:
+    """MoE, recipe (b) with vLLM #28942's race: combine writes what the side stream reads."""
+    return spec("fine_bf16_race")

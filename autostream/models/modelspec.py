@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,34 @@ def resolve_model_spec(spec: str) -> Any:
                              f"{_moved_hint(where, name)}") from None
     fn = getattr(module, name, None)
     if fn is None or not callable(fn):
-        raise ValueError(f"model spec {spec!r}: {where} has no callable {name!r}")
+        known = spec_functions(module)
+        listed = (f"; its functions that take no arguments: {', '.join(known)}" if known else
+                  "; it defines no function that takes no arguments")
+        raise ValueError(f"model spec {spec!r}: {where} has no callable {name!r}{listed}")
     return fn
+
+
+def spec_functions(module: Any) -> list[str]:
+    """The public functions ``module`` defines that can be called without arguments: the
+    names a spec on it may give.
+
+    >>> import autostream.models.zoo as zoo
+    >>> {"moe_model", "article_model"} <= set(spec_functions(zoo))
+    True
+    """
+    out = []
+    for name, fn in vars(module).items():
+        if (name.startswith("_") or not inspect.isfunction(fn)
+                or fn.__module__ != module.__name__):
+            continue
+        try:
+            params = inspect.signature(fn).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        if all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+               for p in params):
+            out.append(name)
+    return sorted(out)
 
 
 def _moved_hint(where: str, name: str) -> str:

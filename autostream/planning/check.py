@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import operator
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,8 @@ import networkx as nx
 import torch
 import torch.fx
 
+from autostream.cost.defaults import default_table
+from autostream.cost.label import table_label
 from autostream.dialects.hand import MAIN, HandPlacement, check_mode, read_placement
 from autostream.dialects.input_mutations import ge_output_ref_edges
 from autostream.dialects.rewrite import rewrite_graph
@@ -31,6 +34,7 @@ from autostream.dialects.torchair_modes import (
     acl_scope_overhead_us,
 )
 from autostream.dialects.verify import verify_rewrite
+from autostream.fx.device import graph_device
 from autostream.fx.graph import communicates, is_view_op, op_effects
 from autostream.planning.plan import Plan, PlanOptions, build_problem, load_cost_model, plan_graph
 from autostream.scheduling.schedule import JOIN, Schedule
@@ -78,15 +82,18 @@ class HandCheck:
     single_stream_us: float
     plan: Plan = field(repr=False, compare=False)
     placement: HandPlacement = field(repr=False, compare=False)
+    #: the cost table of the four times, in words (``cost.label.table_label``)
+    cost_table: str = ""
 
     @property
     def ok(self) -> bool:
         return not (self.races or self.problems or self.collective_streams)
 
-    def summary(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, Any]:
         """The figures ``autostream check --json`` writes."""
         return {
             "mode": self.mode,
+            "cost_table": self.cost_table,
             "races": [dataclasses.asdict(r) for r in self.races],
             "problems": list(self.problems),
             "collective_streams": list(self.collective_streams),
@@ -100,8 +107,9 @@ class HandCheck:
             "stream_ops_read": list(self.placement.kinds),
         }
 
-    def describe(self) -> str:
-        """The check in words: what was checked, what was found, the four times."""
+    def summary(self) -> str:
+        """The check in words: what was checked, what was found, the four times and the
+        cost table they rest on (``figures()`` gives the numbers)."""
         lines = [f"hand placement ({', '.join(self.placement.kinds) or 'no stream ops'}; "
                  f"{self.hand_streams} stream(s)), checked as {self.mode}: "
                  f"{self.dependences_checked} dependences checked, {len(self.races)} race(s)"]
@@ -115,7 +123,12 @@ class HandCheck:
                      f"{self.autostream_us:.1f} us ({self.plan.schedule.streams_used} "
                      f"stream(s)), bound {self.bound_us:.1f} us, one stream "
                      f"{self.single_stream_us:.1f} us")
+        if self.cost_table:
+            lines.append(f"  cost table: {self.cost_table}")
         return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<HandCheck {self.summary()}>"
 
 
 def source_line(node: torch.fx.Node | None) -> str:
@@ -205,10 +218,12 @@ def simulate_hand(plan: Plan, placement: HandPlacement, streams: int,
 
 
 def check_placement(gm: torch.fx.GraphModule, mode: str, options: PlanOptions,
-                    cost_model: CostModel, ge_placement: bool = True) -> HandCheck:
+                    cost_model: CostModel, ge_placement: bool = True, cost_table: str = ""
+                    ) -> HandCheck:
     """:func:`check` with the planner's options and cost model given (the pass's own).
     ``ge_placement=False``: autostream's plan is timed as planned, without GE's moves of
-    lazy views and waits (which the hand placement's time leaves out too)."""
+    lazy views and waits (which the hand placement's time leaves out too).
+    ``cost_table``: the cost model in words, for the check's summary."""
     check_mode(mode)
     placement = read_placement(gm, mode)
     acl = mode == "acl"
@@ -233,7 +248,7 @@ def check_placement(gm: torch.fx.GraphModule, mode: str, options: PlanOptions,
         mode, _races(placement, deps, unordered), (*placement.problems, *problems),
         tuple(placement.labels[s] for s in comm_streams) if len(comm_streams) > 1 else (),
         placement.streams_used, verified.checked["dependences"], hand_us, plan.predicted_us,
-        plan.schedule.lower_bound, plan.single_stream_us, plan, placement)
+        plan.schedule.lower_bound, plan.single_stream_us, plan, placement, cost_table)
 
 
 def _relabel(problem: str, side: dict[int, str]) -> str:
@@ -252,7 +267,9 @@ def check(gm: torch.fx.GraphModule, mode: str = "cuda", cost_table: Any = None,
     ``"acl"`` (TorchAir ACL graph).  autostream's plan uses at least as many streams as
     the placement; ``max_memory_increase=None``: no memory budget (the placement has none).
     Under ``"ge"`` autostream's plan is timed as GE places it (``ge_placement``); the hand
-    placement as written.
+    placement as written.  ``cost_table=None``: the default table of the target's device,
+    as the pass would pick it there: ``ascend910b`` under ``"ge"`` and ``"acl"`` (TorchAir's
+    modes), else that of the graph's device (``cpu`` for a graph of CPU or fake tensors).
 
     >>> from autostream.runtime.builder import DialectBuilder
     >>> b = DialectBuilder(); x = b.input("x")
@@ -264,7 +281,15 @@ def check(gm: torch.fx.GraphModule, mode: str = "cuda", cost_table: Any = None,
     """
     options = PlanOptions(max_streams=max_streams, cost_table=None, time_limit=time_limit,
                           max_memory_increase=max_memory_increase)
-    return check_placement(gm, mode, options, load_cost_model(cost_table), ge_placement)
+    device = "npu" if mode in ("ge", "acl") else graph_device(gm.graph)
+    if cost_table is None:
+        model: CostModel = default_table(device).model
+    else:
+        model = load_cost_model(cost_table)
+    named = (cost_table if isinstance(cost_table, (str, os.PathLike)) or cost_table is None
+             else getattr(getattr(model, "table", None), "source", type(model).__name__))
+    return check_placement(gm, mode, options, model, ge_placement,
+                           table_label(model, named, device))
 
 
 __all__ = ["MAIN", "HandCheck", "Race", "TORCHAIR_MODE", "check", "check_placement",

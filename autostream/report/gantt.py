@@ -1,7 +1,8 @@
 """Gantt chart of a plan: one lane per stream, ops coloured by kind, sync arrows.
 
 The picture is drawn with matplotlib's Agg backend (no display needed): the
-makespan and the lower bound are vertical lines, each sync is an arrow from the
+makespan, the lower bound and (when given and larger) the plan's predicted time with the
+runtime's host costs are vertical lines, each named with its figure in the legend; each sync is an arrow from the
 producer's end (the ``record``) to the consumer's start (the ``wait``), and a join
 sync points at the graph's output on the main stream (a dotted line, when the join
 ends after the makespan).  The legend names the kinds of the ops drawn with time
@@ -41,11 +42,14 @@ def gantt_figure(
     title: str | None = None,
     kinds: Mapping[str, str] | None = None,
     memory: MemoryProfile | None = None,
+    predicted_us: float | None = None,
 ):
     """Build the Gantt chart as a matplotlib ``Figure`` (not attached to pyplot).
 
     With ``memory``, a second panel under the lanes draws the predicted live bytes
-    over the same time axis, with the peak marked.
+    over the same time axis, with the peak marked.  ``predicted_us``: the plan's predicted
+    time when it is more than the makespan (``Plan.predicted_us``: the multi-stream
+    runtime's host costs added), drawn as a line of its own, named in the legend.
     """
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
@@ -56,7 +60,9 @@ def gantt_figure(
     colours = {k: c for k, c in kind_colours(timed, LEGEND_KINDS).items() if c != OTHER}
     lanes = sorted(set(tl.streams) | {0}, key=lambda s: (s < 0, abs(s)))  # links last
     lane_y = {s: len(lanes) - 1 - i for i, s in enumerate(lanes)}  # main stream on top
-    horizon = max(tl.makespan, tl.output, schedule.lower_bound, 1e-9)
+    with_runtime = (predicted_us if predicted_us is not None
+                    and predicted_us > tl.makespan * (1 + 1e-9) else None)
+    horizon = max(tl.makespan, tl.output, schedule.lower_bound, with_runtime or 0.0, 1e-9)
 
     height = 1.6 + 0.55 * len(lanes)
     fig = Figure(figsize=(11, height + (1.6 if memory is not None else 0.0)), dpi=110)
@@ -103,7 +109,12 @@ def gantt_figure(
 
         ax.add_collection(LineCollection(segments, colors="#D62728", linewidths=0.4,
                                          alpha=0.6))
-    ax.axvline(tl.makespan, color="#D62728", lw=1.2, label=f"makespan {tl.makespan:.1f} us")
+    ax.axvline(tl.makespan, color="#D62728", lw=1.2,
+               label=f"makespan {tl.makespan:,.1f} us (ops and syncs)")
+    if with_runtime is not None:
+        ax.axvline(with_runtime, color="#9467BD", lw=1.2, ls="-.",
+                   label=f"predicted {with_runtime:,.1f} us (the makespan and the runtime's "
+                         f"host costs)")
     ax.axvline(schedule.lower_bound, color="#2CA02C", lw=1.2, ls="--",
                label=f"lower bound {schedule.lower_bound:.1f} us")
     ax.set_yticks([lane_y[s] for s in lanes])
@@ -157,6 +168,7 @@ def gantt_png(
     title: str | None = None,
     kinds: Mapping[str, str] | None = None,
     memory: MemoryProfile | None = None,
+    predicted_us: float | None = None,
 ) -> Path:
     """Write the Gantt chart of ``schedule`` to ``path`` (PNG) and return the path.
 
@@ -169,7 +181,7 @@ def gantt_png(
     True
     """
     fig = gantt_figure(problem, schedule, syncs, timeline=timeline, title=title, kinds=kinds,
-                       memory=memory)
+                       memory=memory, predicted_us=predicted_us)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
