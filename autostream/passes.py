@@ -336,10 +336,11 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         self.run(gm, example_inputs, torchair_mode(config))
 
     def run(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None,
-            mode: str | None = None) -> PassReport:
+            mode: str | None = None, runtime: str | None = None) -> PassReport:
         """Apply the pass, keep and log the report, and return it.  ``mode``: TorchAir's
-        ``config.mode`` (what TorchAir will do after the pass depends on it)."""
-        report = dataclasses.replace(self.apply(gm, example_inputs, mode), mode=mode)
+        ``config.mode`` (what TorchAir will do after the pass depends on it); ``runtime``:
+        the runtime the costs are for (:meth:`apply`)."""
+        report = dataclasses.replace(self.apply(gm, example_inputs, mode, runtime), mode=mode)
         self.reports.append(report)
         announce(report, report.outcome.log_level)
         return report

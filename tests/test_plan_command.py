@@ -120,3 +120,27 @@ def test_plan_says_what_its_status_and_the_plans_origin_mean(optimal, solver, so
     first = describe("m:f", summary).splitlines()[0]
     assert first.startswith("plan m:f: ") and words in first
     assert "plan from" not in first
+
+
+@pytest.mark.slow
+def test_plan_names_the_runtime_its_predictions_are_for(tmp_path, capsys):
+    """A CUDA table plans for the graph runtime by default; on the interpreted streams
+    runtime one host thread issues every op, and this small graph is host-bound."""
+    figures = {}
+    for runtime in ("auto", "streams"):
+        out = tmp_path / f"{runtime}.json"
+        assert main(["plan", "autostream.models.zoo:moe_model", "--cost-table", "h200",
+                     "--streams", "2", "--solver", "heft", "--runtime", runtime,
+                     "--json", str(out)]) == 0
+        figures[runtime] = json.loads(out.read_text())
+        text = capsys.readouterr().out
+        name = "graph" if runtime == "auto" else runtime
+        assert f"runtime            {name} (the predictions are for it)" in text
+        assert f"on the {name} runtime)" in text
+    assert figures["auto"]["runtime"] == "graph" and figures["auto"]["streams_used"] == 2
+    streams = figures["streams"]
+    assert streams["runtime"] == "streams" and streams["streams_used"] == 1
+    # issued one op at a time, the single stream takes longer than its device time
+    assert streams["single_stream_us"] > 2 * figures["auto"]["single_stream_us"]
+    assert main(["plan", "autostream.models.zoo:moe_model", "--runtime", "gpu"]) == 2
+    assert "--runtime 'gpu': choose auto or one of graph, streams" in capsys.readouterr().err

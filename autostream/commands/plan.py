@@ -43,6 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="also choose each side stream's core budget (quarters of the chip) in "
                         "cpsat's model, emitted as limit_core_num's scope keys (models, "
                         "cpsat, a table with cube and vector core counts)")
+    p.add_argument("--runtime", default="auto", metavar="RUNTIME",
+                   help="the runtime the predictions are for: graph, streams, threads, "
+                        "sequential or torchair (models only; default auto: graph for a CUDA "
+                        "table, threads for a CPU one, torchair for Ascend)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
                    help="also write the figures as JSON to OUT")
     p.set_defaults(func=run)
@@ -115,7 +119,7 @@ def _plain(value: Any) -> bool:
 def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
               time_limit: float | None,
               max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE,
-              core_budgets: bool = False) -> dict[str, Any]:
+              core_budgets: bool = False, runtime: str = "auto") -> dict[str, Any]:
     """Plan a ``.stg`` file or a model spec and return the summary figures."""
     from autostream.scheduling.solvers import check_solver_name
 
@@ -125,6 +129,10 @@ def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
     if time_limit is not None and not time_limit > 0:
         raise ValueError(f"--time-limit must be > 0 seconds, got {time_limit}")
     check_solver_name(solver)
+    from autostream.cost.runtime_target import TARGETS
+
+    if runtime not in ("auto", *TARGETS):
+        raise ValueError(f"--runtime {runtime!r}: choose auto or one of {', '.join(TARGETS)}")
     if spec.endswith(".stg"):
         if core_budgets:
             raise ValueError("--core-budgets needs a model (its ops' device shares); a .stg "
@@ -134,25 +142,31 @@ def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
 
     model, inputs = load_model_spec(spec)
     return plan_captured(model, inputs, streams, solver, cost_table, time_limit,
-                         max_memory_increase, core_budgets)
+                         max_memory_increase, core_budgets, runtime)
 
 
 def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table: str | None,
                   time_limit: float | None,
                   max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE,
-                  core_budgets: bool = False) -> dict[str, Any]:
+                  core_budgets: bool = False, runtime: str = "auto") -> dict[str, Any]:
     """Capture the model's largest graph, run the pass on it (plan, rewrite, verify) and
-    return the summary figures; ``pass_seconds`` is all of it but the capture."""
+    return the summary figures; ``pass_seconds`` is all of it but the capture.  ``runtime``:
+    the runtime the costs are for (``auto``: the default of the table's device)."""
+    from autostream.cost.runtime_target import default_runtime
     from autostream.fx.capture import capture_graphs
+    from autostream.fx.device import graph_device
     from autostream.passes import AutoStreamPass
 
     graphs = capture_graphs(model, tuple(inputs))
     if not graphs:
         raise ValueError("torch.compile captured no graph for this model; nothing to plan")
     gm = max(graphs, key=lambda g: len(g.graph.nodes))
-    report = AutoStreamPass(max_streams=streams, solver=solver, cost_table=cost_table,
-                            time_limit=time_limit, max_memory_increase=max_memory_increase,
-                            core_budgets=core_budgets).run(gm)  # logged: its INFO line
+    stream_pass = AutoStreamPass(max_streams=streams, solver=solver, cost_table=cost_table,
+                                 time_limit=time_limit, max_memory_increase=max_memory_increase,
+                                 core_budgets=core_budgets)
+    if runtime == "auto":
+        runtime = default_runtime(stream_pass.cost_model_for(graph_device(gm.graph)).profile.kind)
+    report = stream_pass.run(gm, runtime=runtime)  # logged: its INFO line
     if report.plan is None:
         raise RuntimeError(f"the model could not be planned: {report.reason}")
     summary = report.figures()
@@ -222,13 +236,16 @@ def describe(spec: str, s: dict[str, Any]) -> str:
         + (f"  (gap {100 * (s['makespan_us'] / s['lower_bound_us'] - 1):.2f}%)"
            if s["lower_bound_us"] > 0 else ""),
         f"  single stream      {s['single_stream_us']:.2f} us"
-        + (f"  (speed-up {s['single_stream_us'] / s['makespan_us']:.2f}x)"
-           if s["makespan_us"] > 0 else ""),
+        + (f"  (predicted speed-up {s['single_stream_us'] / _predicted(s):.2f}x"
+           f"{' on the ' + s['runtime'] + ' runtime' if s.get('runtime') else ''})"
+           if _predicted(s) > 0 else ""),
         f"  syncs              {s['num_syncs']}",
         *([f"  with runtime costs {s['predicted_us']:.2f} us  (the makespan and the multi-stream "
            f"runtime's host costs, as compare's column)"]
           if s.get("predicted_us") and s["streams_used"] > 1 else []),
         f"  cost table         {s.get('cost_table', 'unknown')}",
+        *([f"  runtime            {s['runtime']} (the predictions are for it)"]
+          if s.get("runtime") else []),
         *([f"  cost sources       {s['cost_sources']}"] if "cost_sources" in s else []),
         *_memory_lines(s),
         f"  planning time      {s['plan_seconds']:.2f} s",
@@ -243,6 +260,11 @@ def describe(spec: str, s: dict[str, Any]) -> str:
         lines.append(f"  core budgets       {chosen or 'none predicted faster: none emitted'}")
     lines += [f"note: {n}" for n in s.get("notes", [])]
     return "\n".join(lines)
+
+
+def _predicted(s: dict[str, Any]) -> float:
+    """The plan's predicted time with its runtime's costs (an STG plan: its makespan)."""
+    return s.get("predicted_us") or s["makespan_us"]
 
 
 def _memory_lines(s: dict[str, Any]) -> list[str]:
@@ -261,7 +283,7 @@ def _memory_lines(s: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     summary = plan_spec(args.spec, args.streams, args.solver, args.cost_table, args.time_limit,
-                        args.max_memory_increase, args.core_budgets)
+                        args.max_memory_increase, args.core_budgets, args.runtime)
     print(describe(args.spec, summary))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=2, default=str) + "\n")
