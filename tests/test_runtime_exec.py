@@ -21,7 +21,7 @@ from autostream.runtime import (
     select_runtime,
 )
 from autostream.runtime.builder import DialectBuilder, fork_join, two_chains
-from tests.helpers import UniformCosts, as_tuple
+from tests.helpers import HANG_S, UniformCosts, as_tuple
 
 CPU_RUNTIMES = ("sequential", "threads", "auto")
 
@@ -219,12 +219,12 @@ def test_workers_persist_across_calls():
     assert len(set(idents)) == 1 and idents[0] != threading.get_ident()
     assert threading.active_count() == before
     runner.close()
-    runner._workers[1].thread.join(timeout=5)
+    runner._workers[1].thread.join(timeout=HANG_S)
     assert not runner._workers[1].thread.is_alive()
 
 
 def _concurrent_thread_counts(**options):
-    barrier = threading.Barrier(2, timeout=10)
+    barrier = threading.Barrier(2, timeout=HANG_S)
     seen = {}
 
     def probe(x, tag):
