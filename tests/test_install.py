@@ -35,3 +35,16 @@ def test_the_license_is_an_spdx_string():
     requires = project["build-system"]["requires"]
     assert "setuptools>=77" in requires  # the first release that reads an SPDX string
     assert "-q" not in project["tool"]["pytest"]["ini_options"]["addopts"].split()
+
+
+def test_the_fresh_clone_transcript_runs_the_readmes_two_commands_whole():
+    from experiments import fresh_clone
+    from experiments.readme_commands import from_readme
+
+    readme = from_readme()
+    assert readme.install_and_demo.startswith("python3 -m venv .venv && ")
+    assert readme.install_and_demo.endswith(" && autostream demo")
+    [install, test, *_] = [command for _, command in fresh_clone.steps_to_run(readme)]
+    assert install == readme.install_and_demo  # as the README states it
+    assert test == fresh_clone.ACTIVATE + readme.test == ". .venv/bin/activate && " \
+        "python -m pytest -q --slow"  # whole: no test paths after it
