@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import pytest
@@ -188,9 +189,12 @@ def test_wait_timeout_names_token_and_op():
         token = b.record()
     b.wait(token)
     out = b.call(torch.ops.aten.neg.default, s)
-    runner = ThreadsRunner(b.finish(out), wait_timeout_s=0.1)
+    # a clock 60 s later at each reading: the wait times out at its second poll however
+    # slow the machine (the worker's first answer may take up to wait_timeout_s, real time)
+    ticks = itertools.count(0.0, 60.0)
+    runner = ThreadsRunner(b.finish(out), wait_timeout_s=60.0, clock=lambda: next(ticks))
     try:
-        with pytest.raises(StreamWaitTimeout, match=r"waited 0.1 s .* token 'record_default' "
+        with pytest.raises(StreamWaitTimeout, match=r"waited 60 s .* token 'record_default' "
                                                      r"\(recorded on the stream_1 after 'slow'\) "
                                                      r"before running op 'neg_default'"):
             runner(torch.ones(2))
