@@ -2,8 +2,11 @@
 
 The suite runs strict (a planning or rewrite failure is a bug, raised, never a silent
 fallback); every test and doctest gets its own plan cache and headline directory.
-Tests marked ``slow`` (more than ~2 s) run only with ``--slow``, as CI runs them; tests
-marked ``cuda`` skip, saying so, where no CUDA device is present.
+No result may depend on how fast or loaded the machine is: CP-SAT's searches stop on
+their deterministic limits alone (``AUTOSTREAM_WALL_CLOCK=off``, inherited by the
+subprocesses tests start), and Hypothesis neither times examples nor fails a slow
+generation.  Tests marked ``slow`` (more than ~2 s) run only with ``--slow``, as CI runs
+them; tests marked ``cuda`` skip, saying so, where no CUDA device is present.
 """
 
 from __future__ import annotations
@@ -11,8 +14,13 @@ from __future__ import annotations
 import os
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 os.environ["AUTOSTREAM_STRICT"] = "1"
+os.environ["AUTOSTREAM_WALL_CLOCK"] = "off"
+settings.register_profile("autostream", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("autostream")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

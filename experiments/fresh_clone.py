@@ -1,15 +1,16 @@
 """A fresh clone, as a new user meets it: writes ``docs/fresh-clone.md`` from what it runs.
 
-Clones this checkout's ``HEAD`` into a temporary folder, makes a virtual environment,
-installs CPU torch and the package as the README's Quick start says, runs the demo,
-the README's test command, ``autostream plan`` and ``compare`` on a transformers model
-(a 2-layer Llama built from its config), and ``autostream.last_report()`` after
-``torch.compile(model, backend="autostream")``.  Every command and its output (the last
-lines of long ones) and its time go into the transcript; nothing in it is typed by hand.
+Clones this checkout's ``HEAD`` into a temporary folder and runs, in it, the README's two
+Quick start commands exactly as the README states them (read from README.md:
+``experiments.readme_commands``): the virtual environment, CPU torch, the package and
+the demo; then the test command, whole (the README's shell keeps the venv active, so
+the transcript's step sources it first).  Then ``autostream plan`` and ``compare`` on a
+transformers model (a 2-layer Llama built from its config), and
+``autostream.last_report()`` after ``torch.compile(model, backend="autostream")``.
+Every command and its output (the last lines of long ones) and its time go into the
+transcript; nothing in it is typed by hand.
 
-    python -m experiments.fresh_clone                        # the whole suite (minutes)
-    python -m experiments.fresh_clone --tests tests/test_install.py tests/test_last_report.py
-    python -m experiments.fresh_clone --torch-index https://download.pytorch.org/whl/cpu
+    python -m experiments.fresh_clone                 # the whole suite: tens of minutes
 """
 
 from __future__ import annotations
@@ -25,11 +26,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from autostream.runtime.timing import machine_load
+from experiments.readme_commands import ReadmeCommands, from_readme
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "fresh-clone.md"
 MODEL = "autostream.models.hf_zoo:llama"
 #: lines kept of a long output (its end: where the count line and the summary are)
 TAIL = 40
+#: the README's shell has the venv active after its first command; each step is a new shell
+ACTIVATE = ". .venv/bin/activate && "
 
 LAST_REPORT = f"""
 import torch, autostream
@@ -113,18 +119,34 @@ def markdown(steps: list[Step], note: str) -> str:
     return "\n".join(head + body)
 
 
+def steps_to_run(readme: ReadmeCommands, venv: str = ACTIVATE) -> list[tuple[str, str]]:
+    """``(title, command)`` of each step run in the clone: the README's commands as it
+    states them, then the commands a user tries next in the same shell.
+
+    >>> steps = steps_to_run(ReadmeCommands("pip install x && x demo", "python -m pytest -q"))
+    >>> [command for _, command in steps[:2]]
+    ['pip install x && x demo', '. .venv/bin/activate && python -m pytest -q']
+    """
+    return [("Quick start: a virtual environment, CPU torch, the package and the demo",
+             readme.install_and_demo),
+            ("The README's test command", f"{venv}{readme.test}"),
+            ("autostream plan on a transformers model (2-layer Llama)",
+             f"{venv}autostream plan {MODEL} --streams 4"),
+            ("autostream compare on the same model",
+             f"{venv}autostream compare {MODEL} --solvers single,heft,cpsat --out compare"),
+            ('autostream.last_report() after torch.compile(model, backend="autostream")',
+             f"{venv}python -c {shlex.quote(LAST_REPORT.strip())}")]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tests", nargs="*", default=[],
-                    help="test paths after the README's command (default: the whole suite)")
-    ap.add_argument("--torch-index", default="",
-                    help="pip index of CPU torch (default: pip's own, which serves CPU builds "
-                         "in CI; elsewhere https://download.pytorch.org/whl/cpu)")
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per step")
+    ap.add_argument("--timeout", type=float, default=7200.0, help="seconds per step")
     args = ap.parse_args(argv)
+    readme = from_readme()
+    # a new user's environment: no autostream settings, no other project on the path
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV", "AUTOSTREAM_STRICT")}
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("AUTOSTREAM_")}
     steps: list[Step] = []
     with tempfile.TemporaryDirectory(prefix="autostream-clone-") as tmp:
         env["AUTOSTREAM_PLAN_CACHE"] = str(Path(tmp) / "plans")  # a new user's: empty
@@ -132,28 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         steps.append(run("Clone", f"git clone --quiet {shlex.quote(str(ROOT))} {clone} && "
                          f"git -C {clone} log -1 --format='%h %s'", Path(tmp), env,
                          args.timeout))
-        venv = ". .venv/bin/activate && "
-        index = f" --index-url {shlex.quote(args.torch_index)}" if args.torch_index else ""
-        quick = [("Quick start: a virtual environment, CPU torch, the package",
-                  f"python3 -m venv .venv && {venv}pip install -q torch==2.13.0{index} && "
-                  f"pip install -q -e '.[test]'"),
-                 ("Quick start: the demo", f"{venv}autostream demo"),
-                 ("The README's test command",
-                  f"{venv}python -m pytest -q --slow {' '.join(args.tests)}".rstrip()),
-                 ("autostream plan on a transformers model (2-layer Llama)",
-                  f"{venv}autostream plan {MODEL} --streams 4"),
-                 ("autostream compare on the same model",
-                  f"{venv}autostream compare {MODEL} --solvers single,heft,cpsat "
-                  f"--out compare"),
-                 ('autostream.last_report() after torch.compile(model, backend="autostream")',
-                  f"{venv}python -c {shlex.quote(LAST_REPORT.strip())}")]
-        for title, command in quick:
+        for title, command in steps_to_run(readme):
             if steps[-1].returncode != 0:
                 break
             steps.append(run(title, command, clone, env, args.timeout))
-    suite = ("the whole suite" if not args.tests else
-             f"the test command limited to {' '.join(args.tests)}: the whole suite runs in CI")
-    args.out.write_text(markdown(steps, f"{suite}; {os.cpu_count()} CPU cores") + "\n")
+    note = f"the README's commands, the whole suite; {os.cpu_count()} CPU cores, {machine_load()}"
+    args.out.write_text(markdown(steps, note) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
     return max(s.returncode for s in steps)
 

@@ -4,6 +4,8 @@ independent timeline check."""
 from __future__ import annotations
 
 import itertools
+import threading
+from collections import Counter
 from dataclasses import dataclass
 
 import networkx as nx
@@ -16,6 +18,9 @@ from autostream.fx.graph import is_meta_only
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import JOIN, Schedule
 
+#: how long a test waits for what takes milliseconds before it calls it a hang: only a
+#: hang, never a loaded machine, can reach it
+HANG_S = 120.0
 BASELINES = ("single", "round_robin", "tf_greedy", "opara", "critical_path", "nimble", "heft",
              "overlap")
 EPS = 1e-6
@@ -49,6 +54,47 @@ class UniformCosts:
 
     def transfer(self, collective, nbytes, backend=None, world_size=None) -> None:
         return None  # collectives cost what their ops cost
+
+
+class SteppedClock:
+    """A clock that stands still until an op moves it, for the runtime's bounded waits.
+
+    ``advance`` (called from a stream's op) lets the other threads read the clock
+    ``reads`` times first (a bounded wait reads it twice per poll: it is polling now),
+    moves it on by ``seconds``, then holds until they read it ``reads`` times more (a
+    whole poll saw the new time): what a wait decides depends on the readings, never on
+    how fast the machine is.
+    """
+
+    def __init__(self, readers: int = 1, reads: int = 3):
+        self.now = 0.0
+        self.readers, self.reads = readers, reads
+        self._counts: Counter[int] = Counter()
+        self._changed = threading.Condition()
+
+    def __call__(self) -> float:
+        with self._changed:
+            self._counts[threading.get_ident()] += 1
+            self._changed.notify_all()
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._changed:
+            self._read_by_others()
+            self.now += seconds
+            self._read_by_others()
+
+    def _read_by_others(self) -> None:
+        me = threading.get_ident()
+        start = Counter({t: n for t, n in self._counts.items() if t != me})
+
+        def enough() -> bool:
+            return sum(self._counts[t] - start[t] >= self.reads
+                       for t in self._counts if t != me) >= self.readers
+
+        if not self._changed.wait_for(enough, timeout=HANG_S):
+            raise AssertionError(f"no {self.readers} other thread(s) read the clock "
+                                 f"{self.reads} times within {HANG_S:g} s")
 
 
 def as_tuple(x):

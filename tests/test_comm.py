@@ -604,9 +604,9 @@ def _rank_id(rank: int, world_size: int) -> int:
 def test_running_ranks_leaks_no_semaphore():
     code = ("from autostream.comm.spawn import run_ranks\n"
             "from tests.test_comm import _rank_id\n"
-            "print(run_ranks(_rank_id, 2, timeout_s=120))\n")
+            "print(run_ranks(_rank_id, 2, timeout_s=600))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, check=False, cwd=Path(__file__).resolve().parents[1])
+                          timeout=900, check=False, cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[0, 1]"
     assert "leaked semaphore" not in done.stderr

@@ -23,7 +23,9 @@ from autostream.passes import load_table
 from experiments import distributed as distributed_experiment
 
 CALLS = 200
-TIMEOUT_S = 600.0
+TIMEOUT_S = 1800.0  # a hang guard: the scenarios take minutes, more on a loaded machine
+#: two ranks that start and end at once: only a hang takes this long, not a loaded machine
+HANG_RANKS_S = 600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,7 +306,7 @@ def _raises(rank: int, world: int) -> None:
 @pytest.mark.slow
 def test_run_ranks_reports_a_rank_that_raises():
     with pytest.raises(RanksFailed, match="boom on rank"):
-        run_ranks(_raises, world_size=2, timeout_s=60.0)
+        run_ranks(_raises, world_size=2, timeout_s=HANG_RANKS_S)
 
 
 def _rank_of(rank: int, world: int) -> int:
@@ -324,7 +326,7 @@ def test_run_ranks_does_not_rely_on_a_port_staying_free(monkeypatch):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         monkeypatch.setattr(spawn, "free_port", lambda: taken.getsockname()[1])
-        assert run_ranks(_rank_of, world_size=2, timeout_s=60.0) == [0, 1]
+        assert run_ranks(_rank_of, world_size=2, timeout_s=HANG_RANKS_S) == [0, 1]
 
 
 @pytest.mark.slow
@@ -353,12 +355,12 @@ def _aborts(rank: int, world: int) -> None:
         os.abort()  # what a failed C++ check does
     import time
 
-    time.sleep(60)
+    time.sleep(2 * HANG_RANKS_S)  # alive until rank 1's death ends the run
 
 
 @pytest.mark.slow
 def test_run_ranks_quotes_where_a_rank_that_died_was():
     with pytest.raises(RanksFailed, match="died") as failed:
-        run_ranks(_aborts, world_size=2, timeout_s=60.0)
+        run_ranks(_aborts, world_size=2, timeout_s=HANG_RANKS_S)
     assert "rank 1 at its death" in str(failed.value)
     assert "_aborts" in str(failed.value), "its Python traceback names the function"

@@ -22,7 +22,7 @@ def test_the_readme_test_command_ends_with_the_count_line():
     # the same options on one small test file of this suite, with the project's config
     run = subprocess.run([sys.executable, *command.split()[1:], "-p", "no:cacheprovider",
                           "tests/test_cli_help.py", "-k", "top_level"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)  # a hang guard
     assert run.returncode == 0, run.stdout + run.stderr
     last = run.stdout.strip().splitlines()[-1]
     assert re.fullmatch(r"1 passed, \d+ deselected in [\d.]+s", last), run.stdout
@@ -35,3 +35,16 @@ def test_the_license_is_an_spdx_string():
     requires = project["build-system"]["requires"]
     assert "setuptools>=77" in requires  # the first release that reads an SPDX string
     assert "-q" not in project["tool"]["pytest"]["ini_options"]["addopts"].split()
+
+
+def test_the_fresh_clone_transcript_runs_the_readmes_two_commands_whole():
+    from experiments import fresh_clone
+    from experiments.readme_commands import from_readme
+
+    readme = from_readme()
+    assert readme.install_and_demo.startswith("python3 -m venv .venv && ")
+    assert readme.install_and_demo.endswith(" && autostream demo")
+    [install, test, *_] = [command for _, command in fresh_clone.steps_to_run(readme)]
+    assert install == readme.install_and_demo  # as the README states it
+    assert test == fresh_clone.ACTIVATE + readme.test == ". .venv/bin/activate && " \
+        "python -m pytest -q --slow"  # whole: no test paths after it

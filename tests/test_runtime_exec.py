@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import pytest
@@ -21,7 +22,7 @@ from autostream.runtime import (
     select_runtime,
 )
 from autostream.runtime.builder import DialectBuilder, fork_join, two_chains
-from tests.helpers import UniformCosts, as_tuple
+from tests.helpers import HANG_S, UniformCosts, as_tuple
 
 CPU_RUNTIMES = ("sequential", "threads", "auto")
 
@@ -188,9 +189,12 @@ def test_wait_timeout_names_token_and_op():
         token = b.record()
     b.wait(token)
     out = b.call(torch.ops.aten.neg.default, s)
-    runner = ThreadsRunner(b.finish(out), wait_timeout_s=0.1)
+    # a clock 60 s later at each reading: the wait times out at its second poll however
+    # slow the machine (the worker's first answer may take up to wait_timeout_s, real time)
+    ticks = itertools.count(0.0, 60.0)
+    runner = ThreadsRunner(b.finish(out), wait_timeout_s=60.0, clock=lambda: next(ticks))
     try:
-        with pytest.raises(StreamWaitTimeout, match=r"waited 0.1 s .* token 'record_default' "
+        with pytest.raises(StreamWaitTimeout, match=r"waited 60 s .* token 'record_default' "
                                                      r"\(recorded on the stream_1 after 'slow'\) "
                                                      r"before running op 'neg_default'"):
             runner(torch.ones(2))
@@ -219,12 +223,12 @@ def test_workers_persist_across_calls():
     assert len(set(idents)) == 1 and idents[0] != threading.get_ident()
     assert threading.active_count() == before
     runner.close()
-    runner._workers[1].thread.join(timeout=5)
+    runner._workers[1].thread.join(timeout=HANG_S)
     assert not runner._workers[1].thread.is_alive()
 
 
 def _concurrent_thread_counts(**options):
-    barrier = threading.Barrier(2, timeout=10)
+    barrier = threading.Barrier(2, timeout=HANG_S)
     seen = {}
 
     def probe(x, tag):

@@ -138,9 +138,13 @@ class MeasuredChoice:
     """Time each candidate in ``trials`` interleaved rounds, then call only the one kept
     (the ``default`` unless another clearly wins); re-check it now and then.
 
-    >>> import time
-    >>> fast, slow = (lambda x: x + 1), (lambda x: (time.sleep(0.002), x + 1)[1])
-    >>> choose = MeasuredChoice({"slow": slow, "fast": fast}, trials=3, settle_s=0.0)
+    On a clock that only ``slow``'s calls advance:
+
+    >>> now = [0.0]
+    >>> def slow(x): now[0] += 0.002; return x + 1
+    >>> fast = lambda x: x + 1
+    >>> choose = MeasuredChoice({"slow": slow, "fast": fast}, trials=3, settle_s=0.0,
+    ...                         clock=lambda: now[0])
     >>> [choose(1) for _ in range(12)][-1], choose.choice, choose.calls_to_decision
     (2, 'fast', 12)
     """

@@ -168,7 +168,7 @@ class _Call:
         #: streams inside a communicating op, and the stream each waiting stream waits
         #: for (only kept under a ``wait_timeout_s``: time in communication is not counted)
         self.communicating: dict[int, bool] = {}
-        self.left_communication: dict[int, float] = {}  # stream -> when, ``time.monotonic``
+        self.left_communication: dict[int, float] = {}  # stream -> when, ``runner.clock``
         self.waiting_on: dict[int, int] = {}
         self.spans: dict[str, tuple[int, float, float]] | None = {} if runner.record_spans else None
         self.meter = LiveBytes() if runner.record_memory else None
@@ -228,7 +228,7 @@ class _Call:
         try:
             return run_op(self.gm, step, self.env)
         finally:
-            self.left_communication[step.stream] = time.monotonic()
+            self.left_communication[step.stream] = self.runner.clock()
             self.communicating[step.stream] = False
 
     def quiet_since(self, stream: int) -> float | None:
@@ -248,10 +248,11 @@ class _Call:
     def bounded(self, finished: Callable[[float], bool], producer: int, limit: float) -> bool:
         """Poll ``finished(timeout)`` until it is true (True), or until ``producer`` has
         spent ``limit`` seconds outside communication since the polling began (False)."""
-        since = time.monotonic()
-        while not finished(max(0.0, min(since + limit - time.monotonic(), POLL_S))):
+        clock = self.runner.clock
+        since = clock()
+        while not finished(max(0.0, min(since + limit - clock(), POLL_S))):
             quiet = self.quiet_since(producer)
-            now = time.monotonic()
+            now = clock()
             since = now if quiet is None else max(since, quiet)
             if now - since >= limit:
                 return False
@@ -317,7 +318,7 @@ class _Call:
             quiet = self.quiet_since(producer)
             self.left_communication[step.stream] = max(
                 self.left_communication.get(step.stream, 0.0),
-                time.monotonic() if quiet is None else quiet)
+                self.runner.clock() if quiet is None else quiet)
         finally:
             del self.waiting_on[step.stream]
 
@@ -351,7 +352,8 @@ class ThreadsRunner:
                  sanitize: bool | SanitizerConfig = False, seed: int = 0,
                  wait_timeout_s: float | None = None, intra_op_threads: int | None = None,
                  record_spans: bool = False, segments: bool = True,
-                 record_memory: bool = False, deterministic: bool = False):
+                 record_memory: bool = False, deterministic: bool = False,
+                 clock: Callable[[], float] = time.monotonic):
         if wait_timeout_s is not None and not wait_timeout_s > 0:
             raise ValueError(f"wait_timeout_s must be > 0 seconds (or None: no deadline), "
                              f"got {wait_timeout_s!r}")
@@ -366,6 +368,8 @@ class ThreadsRunner:
         self.sanitizer = sanitize_from_env(sanitize, seed)
         #: ``None``: waits have no deadline (see the module docstring)
         self.wait_timeout_s = wait_timeout_s
+        #: what ``wait_timeout_s`` is counted on (seconds; tests inject their own)
+        self.clock = clock
         self.intra_op_threads = intra_op_threads
         #: with ``record_spans``: op -> (stream, start_us, end_us) of the last call,
         #: relative to its start (a measured timeline for traces)

@@ -37,29 +37,31 @@ def method(runs: int, warmup: int, settle_s: float = SETTLE_S) -> str:
 
 
 def time_alternating(variants: dict[str, Callable[[], Any]], runs: int, warmup: int,
-                     device: torch.device | None = None, settle_s: float = SETTLE_S
-                     ) -> dict[str, float]:
+                     device: torch.device | None = None, settle_s: float = SETTLE_S,
+                     clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Median seconds of one call of each variant, the variants interleaved round by round
-    (see the module docstring).
+    (see the module docstring), timed by ``clock``.
 
-    >>> medians = time_alternating({"a": lambda: None, "b": lambda: time.sleep(0.001)}, 3, 1,
-    ...                            settle_s=0.0)
-    >>> medians["a"] < medians["b"]
-    True
+    On a clock that only ``b``'s calls advance (by 1 ms each):
+
+    >>> now = [0.0]
+    >>> def b(): now[0] += 0.001
+    >>> time_alternating({"a": lambda: None, "b": b}, 3, 1, settle_s=0.0, clock=lambda: now[0])
+    {'a': 0.0, 'b': 0.001}
     """
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(warmup + runs):
         for name, fn in variants.items():
-            start = time.perf_counter()
+            start = clock()
             fn()
             _sync(device)
-            while time.perf_counter() - start < settle_s:
+            while clock() - start < settle_s:
                 fn()
                 _sync(device)
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
             _sync(device)
-            dt = time.perf_counter() - t0
+            dt = clock() - t0
             if i >= warmup:
                 samples[name].append(dt)
     return {name: statistics.median(v) for name, v in samples.items()}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autostream.scheduling.solvers.base import check_options
 
@@ -17,6 +18,32 @@ CONTENTION_MODES = ("auto", "blocking", "relaxed")
 #: sooner, and large graphs are mostly copies of a few pieces
 AUTO_S_PER_SQRT_OP = 0.04
 SMALL_GRAPH_OPS = 25
+#: ``off``: no solve gets a wall-clock cap unless its options ask (the test suite sets it)
+WALL_CLOCK_ENV = "AUTOSTREAM_WALL_CLOCK"
+
+
+def wall_clock_from_environment() -> bool:
+    """``wall_clock``'s default: ``True`` unless ``AUTOSTREAM_WALL_CLOCK=off``, which makes
+    every solve stop on its deterministic limit alone (the same plans however loaded the
+    machine, which may then overrun ``time_limit``).
+
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, {WALL_CLOCK_ENV: "off"}):
+    ...     wall_clock_from_environment()
+    False
+    >>> with mock.patch.dict(os.environ, {WALL_CLOCK_ENV: "sometimes"}):
+    ...     wall_clock_from_environment()
+    Traceback (most recent call last):
+    ...
+    ValueError: AUTOSTREAM_WALL_CLOCK='sometimes': use 'off' (deterministic limits alone) or 'on' (the default: a wall-clock cap too)
+    """
+    value = os.environ.get(WALL_CLOCK_ENV, "on").strip().lower()
+    if value in ("on", "1", "true", "yes", ""):
+        return True
+    if value in ("off", "0", "false", "no"):
+        return False
+    raise ValueError(f"{WALL_CLOCK_ENV}={os.environ[WALL_CLOCK_ENV]!r}: use 'off' (deterministic "
+                     f"limits alone) or 'on' (the default: a wall-clock cap too)")
 
 
 @dataclass(frozen=True)
@@ -51,8 +78,9 @@ class CpsatOptions:
     cache: bool = True
     #: ``False``: no wall-clock caps, only the deterministic clock stops a search, so every
     #: rank of a distributed run reaches the same plan (the planner asks for it on graphs
-    #: that communicate; a loaded machine may then overrun ``time_limit``)
-    wall_clock: bool = True
+    #: that communicate; a loaded machine may then overrun ``time_limit``); the default
+    #: follows ``AUTOSTREAM_WALL_CLOCK`` (:func:`wall_clock_from_environment`)
+    wall_clock: bool = field(default_factory=wall_clock_from_environment)
 
     def __post_init__(self) -> None:
         if self.time_limit is not None and (
