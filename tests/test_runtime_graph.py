@@ -252,13 +252,15 @@ def test_a_host_sync_is_refused_before_any_capture():
     assert "output size depends on data" in graph_refusal(gm.graph, "cuda")
 
 
-def test_autograd_inputs_are_refused():
+def test_calls_under_autograd_run_uncaptured_and_later_ones_are_captured():
     gm = torch.fx.symbolic_trace(lambda x: x * 2)
     runner, _, graphs = fake_runner(gm)
     x = torch.ones(2, requires_grad=True)
     with torch.enable_grad():
-        assert runner(x).requires_grad
-    assert graphs.captures == 0 and "requires grad" in runner.refused
+        assert runner(x).requires_grad  # autograd records it: uncaptured
+    assert graphs.captures == 0 and runner.refused is None
+    assert torch.equal(runner(x), torch.full((2,), 2.0)) and graphs.captures == 1
+    assert "1 calls uncaptured (1 with inputs requiring grad)" in runner.describe()
 
 
 def test_the_graph_runtime_needs_accelerator_inputs_and_names_the_fix():

@@ -1,8 +1,11 @@
-"""Runtimes executing rewritten graphs: ``sequential``, ``threads`` (CPU), ``streams`` (accelerators).
+"""Runtimes executing rewritten graphs: ``sequential``, ``threads`` (CPU), ``streams`` and
+``graph`` (accelerators: interpreted, or captured into a device graph and replayed).
 
 May import: comm, cost, dialects, fx, memory.
 """
 
+from autostream.runtime.graph_api import GraphAPI, TorchGraphAPI
+from autostream.runtime.graphed import GraphRunner
 from autostream.runtime.program import (
     ProgramError,
     Step,
@@ -18,6 +21,8 @@ from autostream.runtime.threads import StreamWaitTimeout, ThreadsRunner
 
 __all__ = [
     "RUNTIMES",
+    "GraphAPI",
+    "GraphRunner",
     "ProgramError",
     "RaceError",
     "SanitizerConfig",
@@ -27,6 +32,7 @@ __all__ = [
     "StreamWaitTimeout",
     "StreamsRunner",
     "ThreadsRunner",
+    "TorchGraphAPI",
     "TorchStreamAPI",
     "Violation",
     "make_runner",

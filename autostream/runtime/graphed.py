@@ -172,6 +172,8 @@ class GraphStats:
     recaptures: int = 0
     uncaptured_calls: int = 0
     shapes_over_cache: int = 0
+    autograd_calls: int = 0
+    other_device_calls: int = 0
     by_address_inputs: int = 0
     copied_inputs: int = 0
     checked: str = ""
@@ -216,7 +218,8 @@ class GraphRunner:
         #: why the graph runs uncaptured (``None``: it is captured)
         self.refused: str | None = None
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
-        self._device: tuple[GraphAPI, StreamAPI, Any, dict[int, Any]] | None = None
+        #: the device, its graph and stream APIs, the capture stream and the side streams
+        self._device: tuple[torch.device, GraphAPI, StreamAPI, Any, dict[int, Any]] | None = None
         self._written: set[str] | None = None
         self._effects_known = True
 
@@ -228,18 +231,22 @@ class GraphRunner:
         if len(flat) != len(self.program.placeholders):
             names = [p.name for p in self.program.placeholders]
             raise TypeError(f"graph expects {len(names)} inputs {names}, got {len(flat)}")
+        if self._autograd(flat):  # this call only: a later no_grad call is captured
+            self.stats.autograd_calls += 1
+            return self._uncaptured(inputs)
+        device = input_device(tuple(flat))
         if self._device is None:
-            device = input_device(tuple(flat))
-            why = graph_refusal(self.gm.graph, device.type, flat) or self._autograd(flat)
+            why = graph_refusal(self.gm.graph, device.type, flat)
             if why is None:
                 try:
-                    self._device = self._apis(device)
+                    self._device = (device, *self._apis(device))
                 except Exception as exc:  # noqa: BLE001 - no capture here: say why
                     why = str(exc)
             if why is not None:
                 self.refuse(why)
                 return self._uncaptured(inputs)
-        elif self._autograd(flat):
+        elif device != self._device[0]:  # the streams and pools belong to the first device
+            self.stats.other_device_calls += 1
             return self._uncaptured(inputs)
         key = _key(flat)
         entry = self._graphs.get(key)
@@ -283,6 +290,8 @@ class GraphRunner:
         s = self.stats
         if self.refused is not None and not s.captures:
             return f"not captured: {self.refused} ({s.uncaptured_calls} calls uncaptured)"
+        if not s.captures and not s.uncaptured_calls:
+            return "not called yet"
         parts = [f"captured {s.captures} graph{'s' * (s.captures != 1)}, {s.replays} "
                  f"replays, outputs {self.outputs}"]
         if s.captures:
@@ -290,9 +299,12 @@ class GraphRunner:
         if s.recaptures:
             parts.append(f"{s.recaptures} recaptures (an input moved)")
         if s.uncaptured_calls:
-            why = (f"{s.shapes_over_cache} over the cache of {self.max_graphs} shapes"
-                   if s.shapes_over_cache else self.refused or "")
-            parts.append(f"{s.uncaptured_calls} calls uncaptured ({why})")
+            whys = [f"{n} {what}" for n, what in (
+                (s.shapes_over_cache, f"over the cache of {self.max_graphs} shapes"),
+                (s.autograd_calls, "with inputs requiring grad"),
+                (s.other_device_calls, "on another device than the first call's"))
+                if n] or [self.refused or ""]
+            parts.append(f"{s.uncaptured_calls} calls uncaptured ({', '.join(whys)})")
         return "; ".join(parts)
 
     def close(self) -> None:
@@ -311,18 +323,18 @@ class GraphRunner:
     def _written_inputs(self) -> set[str]:
         if self._written is None:
             from autostream.cost.incontext import written_placeholders
-            from autostream.fx.call_effects import EffectsUnknown, trace_call_effects
+            from autostream.fx.call_effects import trace_call_effects
 
             written = written_placeholders(self.gm)
             try:
                 written |= set(trace_call_effects(self.gm).written_inputs())
-            except (EffectsUnknown, Exception):  # noqa: BLE001 - unknown: copy every input
+            except Exception:  # noqa: BLE001 - EffectsUnknown, or any failure: copy every input
                 self._effects_known = False
             self._written = written
         return self._written
 
     def _capture(self, flat: list[Any]) -> _Captured:
-        graphs, streams, capture_stream, side = self._device
+        _, graphs, streams, capture_stream, side = self._device
         written_names = self._written_inputs()
         names = [p.name for p in self.program.placeholders]
         statics, copied = [], []
@@ -395,7 +407,7 @@ class GraphRunner:
                    for x, s, c in zip(flat, entry.statics, entry.copied, strict=True))
 
     def _replay(self, entry: _Captured, flat: list[Any]) -> Any:
-        graphs = self._device[0]
+        graphs = self._device[1]
         for x, s, c in zip(flat, entry.statics, entry.copied, strict=True):
             if c:
                 s.copy_(x)
