@@ -202,12 +202,13 @@ def fake_device(refuse: str | None = None) -> tuple[FakeStreams, FakeGraphs]:
 def patch_backend_to_fake_capture(monkeypatch: Any) -> list[FakeGraphs]:
     """The backend as on an accelerator that captures graphs, every graph runner on a fake
     device (CPU tensors); returns the fake devices as runners are built."""
-    import sys
+    import importlib
 
     from autostream.runtime import select
     from autostream.runtime.graphed import GraphRunner
 
-    backend_module = sys.modules["autostream.backend"]  # the package exports a function of its name
+    # the module itself: the package exports a function of its name
+    backend_module = importlib.import_module("autostream.backend")
     devices: list[FakeGraphs] = []
 
     def make_runner(gm: Any, kind: str, **options: Any) -> Any:

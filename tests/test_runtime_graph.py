@@ -342,11 +342,11 @@ def test_the_backend_weighs_the_plans_graph_against_the_one_stream_graph(fake_cu
 
 @pytest.mark.slow
 def test_a_graph_that_cannot_be_captured_runs_on_streams_and_says_why(fake_cuda, monkeypatch):
-    import sys
+    import importlib
 
     import autostream
 
-    backend_module = sys.modules["autostream.backend"]
+    backend_module = importlib.import_module("autostream.backend")
     monkeypatch.setattr(backend_module, "capture_refusal",
                         lambda gm, device, inputs: "op 'nonzero' makes the host wait")
     monkeypatch.setattr(backend_module, "select_runtime", lambda kind, inputs: (
@@ -366,45 +366,44 @@ def test_a_graph_that_cannot_be_captured_runs_on_streams_and_says_why(fake_cuda,
         report.summary()
 
 
-@pytest.mark.cuda
-def test_on_a_real_gpu_the_backends_graph_equals_the_one_stream_graph():
+def graph_backend_runs(model, inputs, streams_counts, calls):
+    """Each stream count's outputs (the last of ``calls`` calls) and backend report, through
+    ``backend(runtime="graph", measure=0)`` on the h200 table."""
     import autostream
 
-    model, inputs = moe_model()
-    model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
-    outs = {}
-    for streams in (1, 2):
+    outs, reports = {}, {}
+    for streams in streams_counts:
         torch._dynamo.reset()
         be = autostream.backend(runtime="graph", max_streams=streams, measure=0,
                                 cost_table="h200")
         compiled = torch.compile(model, backend=be, dynamic=False)
-        for _ in range(3):
+        for _ in range(calls):
             outs[streams] = as_tuple(compiled(*inputs))
-        assert be.last_report.runtime == "graph" and not be.last_report.capture_refused
+        reports[streams] = be.last_report
     torch._dynamo.reset()
+    return outs, reports
+
+
+@pytest.mark.cuda
+def test_on_a_real_gpu_the_backends_graph_equals_the_one_stream_graph():
+    model, inputs = moe_model()
+    model, inputs = model.cuda(), tuple(x.cuda() for x in inputs)
+    outs, reports = graph_backend_runs(model, inputs, (1, 2), calls=3)
+    assert all(r.runtime == "graph" and not r.capture_refused for r in reports.values())
     assert all(torch.equal(a, b) for a, b in zip(outs[1], outs[2], strict=True))
 
 
 @pytest.mark.slow
 def test_torchvisions_googlenet_plan_is_captured_and_equals_the_one_stream_graph(fake_cuda):
     """A model nobody here wrote (torchvision: installed beside torch 2.14 in CI)."""
-    import autostream
-
     models = pytest.importorskip("torchvision.models")
     torch.manual_seed(0)
     model = models.googlenet(weights=None, aux_logits=False, init_weights=True).eval()
     x = torch.randn(1, 3, 224, 224)
-    outs = {}
-    for streams in (1, 4):
-        torch._dynamo.reset()
-        be = autostream.backend(runtime="graph", max_streams=streams, measure=0,
-                                cost_table="h200")
-        compiled = torch.compile(model, backend=be, dynamic=False)
-        for _ in range(2):
-            outs[streams] = compiled(x)
-        report = be.last_report
-        assert report.runtime == "graph" and report.plan.runtime == "graph"
-    torch._dynamo.reset()
+    outs, reports = graph_backend_runs(model, (x,), (1, 4), calls=2)
+    outs = {k: v[0] for k, v in outs.items()}
+    assert all(r.runtime == "graph" and r.plan.runtime == "graph" for r in reports.values())
+    report = reports[4]
     assert report.streams_used == 4 and report.applied, report.summary()
     assert "on the graph runtime" in report.summary()
     torch.testing.assert_close(outs[4], model(x), rtol=1e-4, atol=1e-4)

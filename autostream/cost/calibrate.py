@@ -91,6 +91,21 @@ def collect_ops(graphs: Iterable[torch.fx.GraphModule]) -> list[OpCase]:
     return list(seen.values())
 
 
+def op_keys(gm: torch.fx.GraphModule) -> dict[str, tuple[str, str]]:
+    """Each non-free ``call_function`` node's name -> its cost key ``(op, signature)``.
+
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> op_keys(make_fx(lambda x: (x + 1).view(-1), tracing_mode="fake")(torch.ones(2)))
+    {'add': ('aten.add.Tensor', 'f32[2], 1')}
+    """
+    out = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and not is_free_target(node.target):
+            sig = node_signature(node)
+            out[node.name] = (sig.op, sig.key)
+    return out
+
+
 def _skip_reason(case: OpCase) -> str | None:
     name = qualified_name(case.target)
     if name is not None and (name in DEFAULT_REGISTRY or looks_like_communication(name)):
@@ -271,12 +286,7 @@ def graph_op_times(graphs: Sequence[torch.fx.GraphModule], device: torch.device,
             notes.append(f"graph {gi} could not run on {inputs} ({_first_line(exc)}); "
                          "its ops keep their isolated times")
             continue
-        names = {}
-        for node in gm.graph.nodes:
-            if node.op == "call_function" and not is_free_target(node.target):
-                sig = node_signature(node)
-                names[node.name] = (sig.op, sig.key)
-        timers.append((timer, names))
+        timers.append((timer, op_keys(gm)))
     pooled: dict[tuple[str, str], list[list[float]]] = {}
     rounds = max(1, min(rounds, repeat))
     for r in range(rounds):

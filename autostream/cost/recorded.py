@@ -21,9 +21,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from autostream.cost.free import is_free_target
+from autostream.cost.calibrate import op_keys
 from autostream.cost.incontext import own_inputs
-from autostream.cost.signature import node_signature
 
 __all__ = ["recorded_inputs"]
 
@@ -78,11 +77,7 @@ def recorded_inputs(graphs: Sequence[torch.fx.GraphModule],
         real = graph_args[gi] if gi < len(graph_args) else None
         if real is None:
             continue
-        wanted = {}
-        for n in gm.graph.nodes:
-            if n.op == "call_function" and not is_free_target(n.target):
-                sig = node_signature(n)
-                wanted[n.name] = (sig.op, sig.key)
+        wanted = op_keys(gm)
         try:
             with torch.no_grad():
                 _Recorder(gm, wanted, found).run(*own_inputs(gm, real, device))
