@@ -133,22 +133,24 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     # the current compile's runtime (one graph compiles at a time) and its graph runners
     current: dict[str, Any] = {"kind": None, "graphs": []}
 
-    def runner(gm: torch.fx.GraphModule, kind: str) -> Callable[..., Any]:
-        if kind == "graph":
-            built = make_runner(gm, "graph", outputs=graph_outputs)
-            current["graphs"].append(("plan", built))
-            return built
-        return make_runner(gm, kind, sanitize=sanitize, deterministic=deterministic)
+    def runner(gm: torch.fx.GraphModule, kind: str, graphs: list[tuple[str, Any]],
+               label: str = "plan") -> Callable[..., Any]:
+        """The runner of ``kind``; a graph runner joins ``graphs`` (its compile's report)."""
+        if kind != "graph":
+            return make_runner(gm, kind, sanitize=sanitize, deterministic=deterministic)
+        built = make_runner(gm, "graph", outputs=graph_outputs)
+        graphs.append((label, built))
+        return built
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         reinplace_all_reduces(gm)
-        kind = current["kind"] or select_runtime(runtime, example_inputs)
+        kind, graphs = current["kind"], current["graphs"]  # set by compile_fn, around AOT
         report = stream_pass.apply(gm, example_inputs, runtime=kind)  # told in the report
         stream_pass.reports.append(report)
         reports.append(report)
         if not report.applied or report.plan.is_single_stream:
             return make_boxed_func(gm.forward)  # one stream (maybe reordered): runs as is
-        return make_boxed_func(_Lazy(lambda: runner(gm, kind)))
+        return make_boxed_func(_Lazy(lambda: runner(gm, kind, graphs)))
 
     def lifted_runner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], plan
                       ) -> Callable | None:
@@ -174,7 +176,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         lifts.append(lifted)  # told in the backend's report
         if lifted.streams_used <= 1 and current["kind"] != "graph":
             return lifted.gm.forward
-        return runner(lifted.gm, current["kind"])
+        return runner(lifted.gm, current["kind"], current["graphs"])
 
     aot_compile = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
 
@@ -233,9 +235,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         singles: dict[str, Callable] = {}
         default = fallback
         if current["kind"] == "graph":  # the strongest single-stream baseline
-            graph1 = current["graphs"]  # the compile's list: the runner joins the report
-            singles["graph1"] = _Lazy(lambda: _appended(graph1, "one-stream graph", make_runner(
-                gm, "graph", outputs=graph_outputs)))
+            graphs = current["graphs"]  # this compile's: the runner is built on first call
+            singles["graph1"] = _Lazy(lambda: runner(gm, "graph", graphs, "one-stream graph"))
             default = "graph1"
         singles["eager"] = gm.forward
         if applied:  # eager at the plan's other thread counts (runtime/baseline.py)
@@ -444,11 +445,6 @@ def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,
         raise ValueError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(unknown)}; "
                          f"backend() takes runtime, sanitize, measure, fallback, deterministic, "
                          f"graph_outputs and the pass options {', '.join(allowed)}")
-
-
-def _appended(runners: list[tuple[str, Any]], label: str, runner: Any) -> Any:
-    runners.append((label, runner))
-    return runner
 
 
 def _runtime_for(runtime: str, gm: torch.fx.GraphModule, example_inputs: Sequence[Any],

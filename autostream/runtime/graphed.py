@@ -39,9 +39,8 @@ counted in ``uncaptured_calls``.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,10 +49,16 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from autostream.runtime.capturable import graph_refusal
 from autostream.runtime.capture_plan import CaptureStep, capture_steps, check_capture
-from autostream.runtime.execute import Env, collect_outputs, fetch_attr, run_op
+from autostream.runtime.execute import Env, collect_outputs, fetch_attr
 from autostream.runtime.graph_api import GraphAPI, TorchGraphAPI
 from autostream.runtime.program import ProgramError, StreamProgram, parse_program
-from autostream.runtime.streams import StreamAPI, StreamsRunner, TorchStreamAPI, input_device
+from autostream.runtime.streams import (
+    DeviceCall,
+    StreamAPI,
+    StreamsRunner,
+    TorchStreamAPI,
+    input_device,
+)
 
 __all__ = ["OUTPUT_POLICIES", "GraphRunner"]
 
@@ -67,60 +72,26 @@ MAX_GRAPHS = 8
 WARMUP = 3
 
 
-class _CaptureCall:
-    """The steps of one capture (or warm-up) on real streams: ops launched on their plan
-    stream, records and waits as events, releases dropping values from the environment."""
-
-    def __init__(self, gm: torch.fx.GraphModule, env: Env, api: StreamAPI, main: Any,
-                 side: dict[int, Any]):
-        self.gm, self.env, self.api = gm, env, api
-        self.streams = {0: main, **side}
-        self.current = main
-        self.events: dict[str, Any] = {}
+class _CaptureCall(DeviceCall):
+    """The steps of one capture (or warm-up) on real streams: the streams runtime's ops,
+    records, waits and releases, with each side stream forked and joined on its own."""
 
     def run(self, steps: tuple[CaptureStep, ...]) -> None:
         for s in steps:
-            getattr(self, s.verb)(s)
-
-    def begin(self, s: CaptureStep) -> None:
-        """Begun by the graph API around the body."""
-
-    def end(self, s: CaptureStep) -> None:
-        """Ended by the graph API around the body."""
-
-    def _on(self, stream: int) -> Any:
-        target = self.streams[stream]
-        if target is not self.current:
-            self.api.set_stream(target)
-            self.current = target
-        return target
-
-    def fork(self, s: CaptureStep) -> None:
-        event = self.api.new_event()
-        self.api.record(event, self.streams[0])
-        self.api.wait_event(self.streams[s.stream], event)
-
-    def join(self, s: CaptureStep) -> None:
-        self._on(0)
-        self.api.wait_stream(self.streams[0], self.streams[s.stream])
-
-    def op(self, s: CaptureStep) -> None:
-        self._on(s.stream)
-        self.env[s.step.node] = run_op(self.gm, s.step, self.env)
-
-    def record(self, s: CaptureStep) -> None:
-        event = self.api.new_event()
-        self.api.record(event, self.streams[s.stream])
-        self.events[s.step.node.name] = event
-
-    def wait(self, s: CaptureStep) -> None:
-        stream = self.streams[s.stream]
-        for token in s.step.tokens:
-            self.api.wait_event(stream, self.events[token])
-
-    def release(self, s: CaptureStep) -> None:
-        for value in s.values:
-            self.env.pop(value, None)
+            if s.verb in ("op", "record", "wait"):
+                getattr(self, s.verb)(s.step)
+            elif s.verb == "release":
+                self.release(s.values)
+            elif s.verb == "fork":
+                event = self.api.new_event()
+                self.api.record(event, self.main)
+                self.api.wait_event(self.streams[s.stream], event)
+            elif s.verb == "join":
+                if self.current is not self.main:
+                    self.api.set_stream(self.main)
+                    self.current = self.main
+                self.api.wait_stream(self.main, self.streams[s.stream])
+            # begin and end: the graph API's, around the body
 
 
 @dataclass
@@ -144,7 +115,6 @@ class _Captured:
     written: list[int]
     outputs: list[_Output]
     spec: Any
-    replays: int = 0
 
 
 def _by_address(x: Any) -> bool:
@@ -177,7 +147,6 @@ class GraphStats:
     by_address_inputs: int = 0
     copied_inputs: int = 0
     checked: str = ""
-    notes: list[str] = field(default_factory=list)
 
 
 class GraphRunner:
@@ -217,7 +186,7 @@ class GraphRunner:
                                       record_memory=record_memory)
         #: why the graph runs uncaptured (``None``: it is captured)
         self.refused: str | None = None
-        self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
+        self._graphs: dict[tuple, _Captured] = {}
         #: the device, its graph and stream APIs, the capture stream and the side streams
         self._device: tuple[torch.device, GraphAPI, StreamAPI, Any, dict[int, Any]] | None = None
         self._written: set[str] | None = None
@@ -414,7 +383,6 @@ class GraphRunner:
         graphs.replay(entry.graph)
         for i in entry.written:
             flat[i].copy_(entry.statics[i])
-        entry.replays += 1
         self.stats.replays += 1
         leaves = [self._returned(o, flat) for o in entry.outputs]
         return tree_unflatten(leaves, entry.spec)

@@ -150,7 +150,7 @@ class StreamsRunner:
         return out
 
     def _run(self, env: Env, api: StreamAPI, side: dict[int, Any]) -> Any:
-        call = _DeviceCall(self.gm, env, api, api.current_stream(), side)
+        call = DeviceCall(self.gm, env, api, api.current_stream(), side)
         call.fork()
         try:
             interpret(self.program.steps, call)
@@ -164,7 +164,7 @@ class StreamsRunner:
         self._per_device.clear()
 
 
-class _DeviceCall(EnvHooks):
+class DeviceCall(EnvHooks):
     """Hooks of one call: each op launched on its plan stream, records and waits as events."""
 
     def __init__(self, gm: torch.fx.GraphModule, env: Env, api: StreamAPI, main: Any,
