@@ -338,6 +338,8 @@ def test_the_backend_weighs_the_plans_graph_against_the_one_stream_graph(fake_cu
     # both graph candidates were captured and replayed (on the fake device)
     assert len(fake_cuda) == 2 and all(g.captures == 1 for g in fake_cuda)
     assert sum("captured 1 graph" in line for line in report.runtime_lines()) == 2
+    [fastest] = [line for line in report.summary().splitlines() if "fastest single stream" in line]
+    assert "; graph " in fastest and "x as fast" in fastest  # the plan against the baseline
 
 
 @pytest.mark.slow

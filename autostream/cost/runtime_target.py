@@ -74,7 +74,6 @@ class RuntimeCostModel:
         self._device = runtime in DEVICE_RUNTIMES and profile.kind != "cpu"
         given = getattr(profile, "graph_kernel_us", 0.0)
         self.kernel_gap_us = given if given > 0 else DEFAULT_KERNEL_GAP_US
-        self._cache: dict[str, OpCost] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)

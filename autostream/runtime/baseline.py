@@ -43,8 +43,8 @@ def plan_threads(streams: int, budget: int) -> int:
     >>> plan_threads(2, 2), plan_threads(2, 8), plan_threads(1, 4), plan_threads(4, 2)
     (2, 5, 4, 4)
     """
-    main = max(1, budget // max(1, streams))
-    return main + (max(1, streams) - 1) * min(main, 1)
+    streams = max(1, streams)
+    return max(1, budget // streams) + streams - 1
 
 
 def thread_counts(total: int, caller: int, cores: int | None = None) -> list[int]:
@@ -145,8 +145,8 @@ def fastest_single(choice: MeasuredChoice | None, names: tuple[str, ...],
 
 
 def baseline_text(choice: MeasuredChoice, names: tuple[str, ...], caller_threads: int) -> str:
-    """The fastest single stream, the plan (candidate ``streams``) against it and the load,
-    in words ("" until measured)."""
+    """The fastest single stream, the plan (candidate ``streams``, or ``graph`` on the graph
+    runtime) against it and the load, in words ("" until measured)."""
     best = fastest_single(choice, names, caller_threads)
     if best is None:
         return ""
@@ -155,6 +155,7 @@ def baseline_text(choice: MeasuredChoice, names: tuple[str, ...], caller_threads
     text = f"fastest single stream: {name}"
     if not hasattr(choice.candidates[name], "intra_op_threads"):
         text += f" (the caller's {threads} intra-op thread{'s' * (threads != 1)})"
-    if "streams" in timings:
-        text += f"; streams {timings[name].median / timings['streams'].median:.2f}x as fast"
+    plan = next((n for n in ("streams", "graph") if n in timings), None)
+    if plan is not None:
+        text += f"; {plan} {timings[name].median / timings[plan].median:.2f}x as fast"
     return text + (f"; {choice.load}" if choice.load is not None else "")

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from autostream.cost.runtime_target import DEVICE_RUNTIMES
 from autostream.runtime.graph_api import TorchGraphAPI
 from autostream.runtime.graphed import GraphRunner
 from autostream.runtime.program import parse_program
@@ -18,8 +19,6 @@ from autostream.runtime.streams import StreamsRunner, input_device
 from autostream.runtime.threads import ThreadsRunner
 
 RUNTIMES = ("auto", "threads", "streams", "graph", "sequential")
-#: runtimes that run device streams (accelerator inputs only)
-DEVICE_RUNTIMES = ("streams", "graph")
 
 
 def check_runtime_name(kind: str) -> str:
