@@ -41,7 +41,7 @@ BRANCHES = (5.0, 6.0, 7.0, 8.0, 9.0, 10.0)
 @settings(max_examples=25, deadline=None)
 @given(problems(max_nodes=8))
 def test_cpsat_is_valid_and_never_worse_than_any_baseline(problem):
-    s = solve(problem, "cpsat", time_limit=1.0)
+    s = solve(problem, "cpsat", time_limit=1.0, wall_clock=False)
     assert s.solver == "cpsat"
     assert_valid(problem, s)
     assert s.lower_bound >= problem.lower_bound() - 1e-9
@@ -59,7 +59,7 @@ def test_cpsat_is_valid_and_never_worse_than_any_baseline(problem):
 @settings(max_examples=10, deadline=None)
 @given(problems(max_nodes=8))
 def test_cpsat_without_portfolio_still_beats_its_hint(problem):
-    s = solve(problem, "cpsat", time_limit=1.0, portfolio=False)
+    s = solve(problem, "cpsat", time_limit=1.0, portfolio=False, wall_clock=False)
     assert s.makespan <= solve(problem, "heft").makespan + 1e-6
 
 
@@ -117,7 +117,7 @@ def test_one_stream_and_heft_are_planned_once_per_solve_when_the_graph_is_one_pi
     calls = []
     real = heft.solve
     monkeypatch.setattr(heft, "solve", lambda problem: calls.append(problem) or real(problem))
-    s = solve(p, "cpsat", time_limit=1.0, cache=False)
+    s = solve(p, "cpsat", time_limit=1.0, cache=False, wall_clock=False)
     assert calls == [p] and s.stats.pieces == 1
 
 
@@ -161,7 +161,7 @@ def test_a_zoo_model_gets_the_same_plan_twice_in_one_process():
 
 def test_ops_that_saturate_the_device_stay_on_one_stream():
     p = fork_join(BRANCHES[:4], share=1.0)
-    s = solve(p, "cpsat", time_limit=1.0)
+    s = solve(p, "cpsat", time_limit=1.0, wall_clock=False)
     assert s.streams_used == 1
     assert s.makespan == pytest.approx(p.single_stream_time())
     assert s.stats.source == "single"
@@ -169,7 +169,7 @@ def test_ops_that_saturate_the_device_stay_on_one_stream():
 
 def test_parallel_branches_without_contention_are_spread_and_proven_optimal():
     p = fork_join(BRANCHES[:4], share=0.0)
-    s = solve(p, "cpsat", time_limit=2.0)
+    s = solve(p, "cpsat", time_limit=2.0, wall_clock=False)
     assert s.streams_used == 4
     assert s.makespan == pytest.approx(p.lower_bound()) == pytest.approx(10.0)
     assert s.optimal and s.stats.status == "OPTIMAL" and s.stats.proven
@@ -181,7 +181,7 @@ def test_sync_latency_keeps_short_branches_on_the_producer_stream():
     g = nx.DiGraph([("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
     nx.set_node_attributes(g, {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0}, "duration")
     p = SchedulingProblem(g, streams=2, sync_latency_us=5.0)
-    s = solve(p, "cpsat", time_limit=1.0)
+    s = solve(p, "cpsat", time_limit=1.0, wall_clock=False)
     assert s.streams_used == 1 and s.makespan == pytest.approx(4.0)
 
 
@@ -210,7 +210,7 @@ def test_no_solution_in_time_says_so_and_returns_the_warm_start(monkeypatch, cap
     monkeypatch.setattr(task_plan, "solve_window", nothing)
     p = fork_join(BRANCHES[:4], share=0.0)
     with caplog.at_level(logging.INFO, logger="autostream"):
-        s = solve(p, "cpsat", time_limit=0.5)
+        s = solve(p, "cpsat", time_limit=0.5, wall_clock=False)
     assert "found no plan" in caplog.text
     assert s.makespan == pytest.approx(solve(p, "heft").makespan)
     # without CP-SAT's proof, optimality is claimed only when the plan meets the bound
@@ -221,7 +221,7 @@ def test_no_solution_in_time_says_so_and_returns_the_warm_start(monkeypatch, cap
 def test_large_graphs_are_windowed_and_repeated_blocks_reused():
     g = identical_layers(6)
     p = SchedulingProblem(g, streams=4)
-    s = solve(p, "cpsat", time_limit=2.0, window=8, decompose=False)
+    s = solve(p, "cpsat", time_limit=2.0, window=8, decompose=False, wall_clock=False)
     assert s.stats.windows > 1 and s.stats.windows_reused >= 3
     assert s.stats.tasks < len(g)  # chains collapsed
     assert_valid(p, s)
@@ -231,7 +231,7 @@ def test_large_graphs_are_windowed_and_repeated_blocks_reused():
 def test_layered_graphs_are_cut_at_separators_and_each_distinct_piece_solved_once():
     g = identical_layers(12)
     p = SchedulingProblem(g, streams=4, sync_latency_us=0.5)
-    s = solve(p, "cpsat", time_limit=2.0, window=8)
+    s = solve(p, "cpsat", time_limit=2.0, window=8, wall_clock=False)
     # 12 layers, 12 joins: the first piece is layer 0 alone (no head), the others
     # repeat one shape, so two pieces are planned and the rest replicated.
     assert s.stats.pieces == 12 and s.stats.pieces_solved == 2
@@ -272,7 +272,7 @@ def test_a_graph_whose_cuts_leave_one_piece_to_plan_is_planned_whole():
 def test_pieces_partition_the_graph_and_the_bound_holds():
     g = identical_layers(5)
     p = SchedulingProblem(g, streams=3, sync_latency_us=1.0)
-    s = solve(p, "cpsat", time_limit=1.0, window=8)
+    s = solve(p, "cpsat", time_limit=1.0, window=8, wall_clock=False)
     parts = cut_into_pieces(p)
     assert all(parts[i].tail == parts[i + 1].head == parts[i + 1].ops[0]
                for i in range(len(parts) - 1))
@@ -332,7 +332,7 @@ def test_relaxed_models_get_a_bound_without_contention(contention, caplog):
         g.add_node(f"w{i}", duration=10.0, share=0.9, order=i)
     p = SchedulingProblem(g, streams=4)
     with caplog.at_level(logging.INFO, logger="autostream"):
-        s = solve(p, "cpsat", time_limit=1.0, contention=contention)
+        s = solve(p, "cpsat", time_limit=1.0, contention=contention, wall_clock=False)
     assert "found no plan" not in caplog.text
     assert s.stats.status in ("OPTIMAL", "FEASIBLE")
     assert s.makespan <= solve(p, "single").makespan + 1e-9
@@ -421,7 +421,7 @@ def test_cpsat_models_a_transfer_on_its_link_beside_the_streams(streams):
     assert plan.stream[xfer] < 0, "a transfer keeps its link's (negative) stream"
     chain = [v for v, members in enumerate(tg.members) if members[0] in ("c1", "c2", "c3")]
     assert all(plan.start[v] < plan.start[xfer] + tg.duration[xfer] for v in chain)
-    s = solve(problem, "cpsat", time_limit=1.0, cache=False)
+    s = solve(problem, "cpsat", time_limit=1.0, cache=False, wall_clock=False)
     assert s.makespan == pytest.approx(32.0) and s.optimal and s.stats.proven
     assert s.stream_of["xfer"] == problem.pinned["xfer"]
 
@@ -470,7 +470,7 @@ def test_the_bound_sees_work_queued_between_two_transfers():
     assert p.lower_bound() == pytest.approx(54.0)  # the path d, d.x, d.w, e, c, c.x, c.w
     bound = PrecedenceEnergy.of(p).bound(1.0)
     assert bound == pytest.approx(84.0)  # 1 + 20 + 1, the experts' 40 of device time, 1 + 20 + 1
-    s = solve(p, "cpsat", time_limit=1.0, cache=False)
+    s = solve(p, "cpsat", time_limit=1.0, cache=False, wall_clock=False)
     assert s.makespan == pytest.approx(bound) and s.optimal, "the bound proves the plan optimal"
 
 
@@ -483,5 +483,5 @@ def test_a_zero_duration_transfer_whose_launch_is_elsewhere_merges_with_nothing(
     p = SchedulingProblem(g, streams=2)
     tg = build_tasks(p)
     assert ("xfer",) in tg.members and all(len(m) == 1 or "xfer" not in m for m in tg.members)
-    s = solve(p, "cpsat", time_limit=1.0, cache=False)
+    s = solve(p, "cpsat", time_limit=1.0, cache=False, wall_clock=False)
     assert s.stream_of["wait"] >= 0 and s.stream_of["add"] >= 0

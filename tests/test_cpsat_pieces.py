@@ -36,7 +36,7 @@ def test_ops_that_wait_only_for_inputs_move_and_leave_the_layers_cut():
 
 def test_repeated_layers_are_solved_once_and_the_plan_meets_its_bound():
     p = layers_with_weights(8)
-    s = solve(p, "cpsat", time_limit=2.0, cache=False)
+    s = solve(p, "cpsat", time_limit=2.0, cache=False, wall_clock=False)
     assert_valid(p, s)
     assert s.stats.pieces_solved < s.stats.pieces / 3
     assert s.lower_bound <= s.makespan + 1e-9
@@ -75,7 +75,7 @@ def test_the_reported_bound_never_exceeds_the_optimum(problem, latency):
     for v in g:
         g.nodes[v]["duration"] = g.nodes[v]["duration"] * 1.37
     p = SchedulingProblem(g, streams=min(problem.streams, 2), sync_latency_us=latency)
-    s = solve(p, "cpsat", time_limit=1.0, cache=False)
+    s = solve(p, "cpsat", time_limit=1.0, cache=False, wall_clock=False)
     best = _optimum(p)
     assert graham_by_pieces(p) <= best + 1e-6
     assert s.lower_bound <= best + 1e-6
@@ -139,8 +139,8 @@ def _hf_problem(layers: int) -> SchedulingProblem:
 def test_a_transformers_model_is_cut_at_its_layers_and_a_deeper_one_adds_only_copies():
     pytest.importorskip("transformers")
     two, three = _hf_problem(2), _hf_problem(3)
-    a = solve(two, "cpsat", time_limit=5.0, cache=False)
-    b = solve(three, "cpsat", time_limit=5.0, cache=False)
+    a = solve(two, "cpsat", time_limit=5.0, cache=False, wall_clock=False)
+    b = solve(three, "cpsat", time_limit=5.0, cache=False, wall_clock=False)
     assert b.stats.pieces > a.stats.pieces > 20  # cut at every norm and residual add
     assert b.stats.pieces_solved == a.stats.pieces_solved  # the new layer is a copy
     for p, s in ((two, a), (three, b)):
