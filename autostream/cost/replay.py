@@ -107,8 +107,8 @@ class ReplayDevice:
 
 @dataclass(frozen=True)
 class ReplaySettings:
-    """How much replay calibration measures (defaults sized for about 500 op signatures in
-    well under two minutes on an H200: see :func:`work_estimate`)."""
+    """How much replay calibration measures (defaults sized, by :func:`work_estimate`, for
+    about 500 op signatures in under two minutes of an H200; not yet timed on a GPU)."""
 
     #: device time of one timed replay (us): an op graph's, and each lane of a pair's
     target_us: float = 1000.0
