@@ -48,6 +48,7 @@ from autostream.cost.replay import (
 from autostream.cost.table import CostTable
 from autostream.cost.timing import available_device, make_timer
 from autostream.fx.capture import capture
+from autostream.fx.intra_op import threads_here
 from autostream.runtime.graph_api import TorchGraphAPI
 from autostream.runtime.overhead import runtime_costs
 from autostream.runtime.streams import TorchStreamAPI
@@ -112,13 +113,9 @@ def calibrate_graphs(graphs: Sequence[torch.fx.GraphModule], device: str | torch
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
+        with threads_here(threads):
             return calibrate_graphs(graphs, device, warmup, repeat, measure_device, progress,
                                     models, None, in_graph, graph_args, replay, replay_settings)
-        finally:
-            torch.set_num_threads(before)
     dev = device if isinstance(device, torch.device) else available_device(device)
     timer = make_timer(dev)
     name = device_name(dev)

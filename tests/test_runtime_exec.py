@@ -262,6 +262,39 @@ def test_intra_op_threads_divided_and_restored():
         torch.set_num_threads(old)
 
 
+def test_a_thread_started_during_a_call_gets_the_process_default():
+    """Streams set their own threads' counts only: torch.set_num_threads would also set
+    the default every thread started meanwhile takes (and Dynamo's guards read)."""
+    old = torch.get_num_threads()
+    started: dict[str, int] = {}
+
+    def probe(x, tag):
+        barrier.wait()  # both streams run with their counts set now
+        seen[tag] = torch.get_num_threads()
+        t = threading.Thread(target=lambda: started.update({tag: torch.get_num_threads()}))
+        t.start()
+        t.join()
+        return x
+
+    barrier = threading.Barrier(2, timeout=HANG_S)
+    seen: dict[str, int] = {}
+    b = DialectBuilder()
+    x = b.input("x")
+    with b.stream(1):
+        y = b.call(probe, x, "side")
+        token = b.record()
+    z = b.call(probe, x, "main")
+    b.wait(token)
+    try:
+        torch.set_num_threads(4)
+        with ThreadsRunner(b.finish(y, z)) as runner:
+            runner(torch.ones(1))
+        assert seen == {"side": 1, "main": 2}  # the premise: counts were divided
+        assert started == {"side": 4, "main": 4}
+    finally:
+        torch.set_num_threads(old)
+
+
 def test_deterministic_gives_every_stream_the_callers_threads():
     old = torch.get_num_threads()
     try:

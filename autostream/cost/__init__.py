@@ -1,6 +1,6 @@
 """Op costs for the planner: signatures, cost tables, lookup and calibration.
 
-May import: comm, stages.
+May import: comm, fx, stages.
 
 >>> cm = TableCostModel.load("h200")
 >>> cm.profile.origin

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import torch
 
+from autostream.fx.intra_op import IntraOpThreads, threads_here
 from autostream.stages import collector_paused
 
 
@@ -112,22 +113,21 @@ class CpuTimer:
         measured slowdown is the one a two-stream plan meets.
         """
         clock = time.perf_counter_ns
-        total = torch.get_num_threads()
-        half = max(1, total // 2)
+        half = max(1, torch.get_num_threads() // 2)
         alone = _timed_calls(fn, n)
         barrier = threading.Barrier(2)
+        setter = IntraOpThreads.find()
 
         def other() -> None:
-            torch.set_num_threads(half)
-            for _ in range(WARMUP_AFTER_THREAD_CHANGE):
-                fn2()
-            barrier.wait()
-            for _ in range(n):
-                fn2()
+            with threads_here(half, setter):
+                for _ in range(WARMUP_AFTER_THREAD_CHANGE):
+                    fn2()
+                barrier.wait()
+                for _ in range(n):
+                    fn2()
 
         th = threading.Thread(target=other, daemon=True)
-        torch.set_num_threads(half)
-        try:
+        with threads_here(half, setter):
             alone_split = _timed_calls(fn, n)
             th.start()
             with collector_paused():
@@ -137,8 +137,6 @@ class CpuTimer:
                     fn()
                 th.join()
                 return alone, (clock() - t0) / 1e3, alone_split
-        finally:
-            torch.set_num_threads(total)
 
     def record_wait_us(self, n: int = 200, idle_s: float = 0.0005) -> float:
         """A record/wait pair between two threads through ``threading.Event``, as the

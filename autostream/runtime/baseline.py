@@ -13,8 +13,9 @@ Above 4 threads the counts double (1, 2, 3, 4, 8, ... and the top), so the candi
 stay a handful on a large machine.  Counts above the caller's (or the cores) are left out:
 the caller chose its count, and a caller on one thread gets eager's bits from a plan
 (``docs/correctness.md``), which eager on two threads would not give.  A thread-count
-change holds for the calling thread only; each candidate sets its count for the call and
-restores the caller's after it, also when the call raises.
+change holds for the calling thread only (not torch's process default); each candidate
+sets its count for the call and restores the caller's after it, also when the call
+raises.  Where this torch's OpenMP cannot be reached there are no such candidates.
 
 Outputs: a matmul or reduction on 1 and on 2 threads may differ in the last bits, so a
 candidate at another count equals eager within rounding (``docs/correctness.md``);
@@ -29,6 +30,7 @@ from typing import Any
 
 import torch
 
+from autostream.fx.intra_op import IntraOpThreads, threads_here
 from autostream.runtime.choice import MeasuredChoice
 
 #: counts up to this are each tried; above it they double
@@ -80,23 +82,23 @@ def label(threads: int) -> str:
     return f"eager ({threads} thread{'s' * (threads != 1)})"
 
 
-def at_threads(fn: Callable[..., Any], threads: int) -> Callable[..., Any]:
+def at_threads(fn: Callable[..., Any], threads: int,
+               intra_op: IntraOpThreads | None = None) -> Callable[..., Any]:
     """``fn`` run with ``threads`` intra-op threads on the calling thread, whose own count
-    is restored after the call, also when it raises.
+    is restored after the call, also when it raises; torch's process default (which
+    threads started meanwhile take) is left alone (``fx.intra_op``).
 
     >>> before = torch.get_num_threads()
     >>> at_threads(lambda: torch.get_num_threads(), 1)(), torch.get_num_threads() == before
     (1, True)
     """
+    setter = intra_op or IntraOpThreads.find()
+
     def run(*args: Any) -> Any:
-        caller = torch.get_num_threads()
-        if caller == threads:
+        if torch.get_num_threads() == threads:
             return fn(*args)
-        torch.set_num_threads(threads)
-        try:
+        with threads_here(threads, setter):
             return fn(*args)
-        finally:
-            torch.set_num_threads(caller)
 
     run.intra_op_threads = threads
     return run
@@ -117,8 +119,11 @@ def eager_candidates(fn: Callable[..., Any], runtime: str, streams: int,
     """
     if runtime != "threads" or deterministic:
         return {}
+    intra_op = IntraOpThreads.find()
+    if not intra_op.available:  # a count set here would be every thread's
+        return {}
     caller = caller or torch.get_num_threads()
-    return {label(k): at_threads(fn, k)
+    return {label(k): at_threads(fn, k, intra_op)
             for k in thread_counts(plan_threads(streams, caller), caller, cores)}
 
 

@@ -20,13 +20,15 @@ autocast modes (:class:`~autostream.fx.thread_state.ThreadState`); a state that 
 carried to a worker (an active ``TorchDispatchMode``, say) runs the call on the calling
 thread in program order instead, with a warning saying why.
 
-Intra-op threads: ``torch.set_num_threads`` sets the *calling thread's* OpenMP
-thread count (and MKL's thread-local one), so each stream thread sets its own
-count: for the whole call every stream gets ``max(1, budget // streams)``, where
-``budget`` is the caller's ``torch.get_num_threads()`` and ``streams`` the number
-of streams in the plan; side-stream workers never use more than one thread.  The
-caller's own count is restored after each call.  Pass ``intra_op_threads=n`` for a
-fixed ``n`` per stream instead.
+Intra-op threads: each stream thread sets its own count (only that thread's: OpenMP's
+and MKL's, not torch's process default, which ``torch.set_num_threads`` would also
+change for every thread started meanwhile; :mod:`autostream.fx.intra_op`).  For
+the whole call every stream gets ``max(1, budget // streams)``, where ``budget`` is the
+caller's ``torch.get_num_threads()`` and ``streams`` the number of streams in the plan;
+side-stream workers never use more than one thread.  The caller's own count is
+restored after each call.  Pass ``intra_op_threads=n`` for a fixed ``n`` per stream
+instead.  Where this torch's OpenMP cannot be reached, counts are left as they are
+(every stream runs with the caller's).
 
 ``deterministic=True`` gives every stream, side streams included, the caller's whole
 count: each op then runs with the thread count eager gives it, so a reduction splits
@@ -57,6 +59,7 @@ import torch.fx
 
 from autostream.comm import comm_op
 from autostream.dialects.torchair import stream_label
+from autostream.fx.intra_op import IntraOpThreads, Previous
 from autostream.fx.thread_state import ThreadState
 from autostream.runtime.execute import Env, bind_inputs, collect_outputs, run_op
 from autostream.runtime.interpret import interpret
@@ -104,6 +107,10 @@ class _Worker:
                 future.set_result(fn())
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 future.set_exception(exc)
+            # the finished job holds its call and so its runner: kept in this frame while
+            # the loop waits for the next, it would keep the runner, whose collection is
+            # what stops this thread, alive for good
+            del job, fn, future
 
     def submit(self, fn: Callable[[], Any]) -> Future:
         future: Future = Future()
@@ -134,14 +141,6 @@ def _where(stream: int) -> str:
 
 #: intra-op threads of a side-stream worker (see the module docstring)
 SIDE_STREAM_THREADS = 1
-
-
-def _set_intra_op_threads(stream: int, main: int, side: int, budget: int) -> None:
-    """Give this stream's thread its count for the call (the caller's thread has ``budget``)."""
-    if stream != 0:
-        torch.set_num_threads(side)
-    elif main != budget:
-        torch.set_num_threads(main)
 
 
 def _until_first_op(items: list[Step | Segment]
@@ -184,6 +183,8 @@ class _Call:
         # Grad, inference and autocast modes are thread-local: workers run in the
         # caller's, or a side stream would compute other dtypes or tensor kinds.
         self.state = state
+        #: the calling thread's counts before this call set its own (put back after it)
+        self.main_previous: Previous | None = None
         config = runner.sanitizer
         self.san = SanitizerRun(config, program, call_index) if config else None
         observed = self.san or self.spans is not None or self.meter is not None
@@ -210,11 +211,28 @@ class _Call:
             if lead:
                 interpret(lead, self)
             if rest:
-                _set_intra_op_threads(stream, self.main_threads, self.side_threads, self.budget)
+                self._set_intra_op_threads(stream)
                 interpret(rest, self)
         except BaseException:
             self.fail()
             raise
+
+    def _set_intra_op_threads(self, stream: int) -> None:
+        """Give this stream's thread its count for the call; only this thread's is set,
+        not torch's process default (:mod:`autostream.fx.intra_op`)."""
+        threads = self.runner.intra_op
+        if not threads.available:
+            return
+        if stream != 0:
+            threads.set(self.side_threads)
+        elif self.main_threads != self.budget:
+            self.main_previous = threads.set(self.main_threads)
+
+    def restore_caller_threads(self) -> None:
+        """Put back the calling thread's counts (call on the calling thread)."""
+        if self.main_previous is not None:
+            self.runner.intra_op.restore(self.main_previous)
+            self.main_previous = None
 
     def _op(self, step: Step) -> None:
         if self.aborted:
@@ -394,6 +412,10 @@ class ThreadsRunner:
                                                     or record_memory))
         #: ``plan_of`` cut where each stream sets its intra-op threads
         self.parts = {k: _until_first_op(items) for k, items in self.plan_of.items()}
+        #: sets one thread's intra-op threads, leaving torch's process default alone
+        self.intra_op = IntraOpThreads.find()
+        if not self.intra_op.available and not deterministic:
+            log.debug("autostream: intra-op threads not divided: %s", self.intra_op.why_not)
         self._workers = {k: _Worker(f"autostream-{stream_label(k)}")
                          for k in self.program.side_streams}
         self._finalizer = weakref.finalize(self, _stop_all, list(self._workers.values()))
@@ -466,9 +488,7 @@ class ThreadsRunner:
             errors.append(exc)
         finally:
             errors += self._join(futures, run)
-            if futures or torch.get_num_threads() != run.budget:
-                # also resets ATen's process-wide default that the workers changed
-                torch.set_num_threads(run.budget)
+            run.restore_caller_threads()
         origin = [e for e in errors if not isinstance(e, _Aborted)]
         if origin:
             raise origin[0]
