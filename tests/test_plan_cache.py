@@ -99,6 +99,33 @@ def test_a_damaged_entry_is_a_miss_and_is_replaced(tmp_path):
     assert json.loads(entry.read_text())["format"] == FORMAT
 
 
+@pytest.mark.parametrize("damage", ["order reversed", "stream -1", "stream too high",
+                                    "an op twice"])
+def test_an_entry_that_parses_but_is_no_plan_is_a_miss(tmp_path, damage):
+    p = layers_with_weights(3)
+    first = solve(p, "cpsat", time_limit=1.0)
+    assert first.streams_used > 1  # the premise: some op is off stream 0
+    [entry] = _entries(tmp_path)
+    data = json.loads(entry.read_text())
+    if damage == "order reversed":
+        data["order"] = data["order"][::-1]
+    elif damage == "an op twice":
+        data["order"][-1] = data["order"][0]
+    else:
+        side = next(i for i, s in enumerate(data["stream"]) if s > 0)
+        data["stream"][side] = -1 if damage == "stream -1" else p.streams
+    entry.write_text(json.dumps(data))
+    again = solve(p, "cpsat", time_limit=1.0)
+    assert not again.stats.cache_hit
+    _same(first, again)
+    assert json.loads(entry.read_text())["order"] == json.loads(
+        json.dumps(first_order(p, first)))
+
+
+def first_order(p, schedule):
+    return [p.topo_index[v] for v in schedule.order]
+
+
 def test_a_plan_the_wall_clock_cut_is_not_stored(tmp_path, monkeypatch):
     real = ladder.plan_tasks
     monkeypatch.setattr(ladder, "plan_tasks",

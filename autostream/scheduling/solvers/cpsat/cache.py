@@ -14,7 +14,8 @@ what a solve would give, on every rank.
 Location: ``$AUTOSTREAM_PLAN_CACHE`` when set (``off`` disables the cache), else
 ``$XDG_CACHE_HOME/autostream/plans``, else ``~/.cache/autostream/plans``.  Entries
 are written atomically (a temporary file renamed into place); an entry that cannot
-be read is a miss.
+be read, or reads as no plan of the problem (an op off its streams, a launch order that
+is no topological order of every op), is a miss and is replaced.
 """
 
 from __future__ import annotations
@@ -111,12 +112,14 @@ def _schedule(problem: SchedulingProblem, entry: dict) -> Schedule:
     stream_of = {v: int(s) for v, s in zip(topo, entry["stream"], strict=True)}
     start = {v: float(t) for v, t in zip(topo, entry["start"], strict=True)}
     end = {v: float(t) for v, t in zip(topo, entry["end"], strict=True)}
+    order = tuple(topo[int(i)] for i in entry["order"])
+    _check_plan(problem, stream_of, order)
     stats = dict(entry["stats"])
     stats["piece_sources"] = tuple(stats["piece_sources"])
     return Schedule(
         solver="cpsat",
         stream_of=stream_of,
-        order=tuple(topo[i] for i in entry["order"]),
+        order=order,
         start=start,
         end=end,
         makespan=max(end.values(), default=0.0),
@@ -124,6 +127,21 @@ def _schedule(problem: SchedulingProblem, entry: dict) -> Schedule:
         optimal=bool(entry["optimal"]),
         stats=CpsatStats(**stats),
     )
+
+
+def _check_plan(problem: SchedulingProblem, stream_of: dict[str, int],
+                order: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` unless ``stream_of`` and ``order`` are a plan of ``problem``:
+    an entry damaged on disk that still parses must be a miss, not the graph's plan."""
+    pinned = problem.pinned
+    for v, s in stream_of.items():
+        if s != pinned.get(v, s) or (v not in pinned and not 0 <= s < problem.streams):
+            raise ValueError(f"op {v!r} on stream {s}")
+    if len(order) != len(stream_of) or set(order) != set(stream_of):
+        raise ValueError("the launch order is not one of every op")
+    position = {v: i for i, v in enumerate(order)}
+    if any(position[u] > position[v] for u, v in problem.graph.edges):
+        raise ValueError("the launch order runs an op before one it depends on")
 
 
 @functools.cache
