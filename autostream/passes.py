@@ -91,6 +91,7 @@ class Outcome(enum.Enum):
     APPLIED = "applied"
     NO_OPS = "no ops to schedule"
     NO_PARALLELISM = "no parallelism worth a second stream"
+    ONE_STREAM_TARGET = "the target runs this graph on one stream"
     HAND_TAGGED = "hand-tagged"
     UNSUPPORTED_COMPILER = "the compiler cannot run stream ops"
     PLANNING_FAILED = "planning failed"
@@ -400,7 +401,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             return self._plan_and_rewrite_once(gm, example_inputs, mode, runtime)
         packed = symbolic_size_lists(gm)
         if packed and not hand_tagged(gm.graph):
-            return PassReport(len(gm.graph.nodes), Outcome.NO_PARALLELISM,
+            return PassReport(len(gm.graph.nodes), Outcome.ONE_STREAM_TARGET,
                               f"left unchanged: GE packs the symbolic size lists of "
                               f"{', '.join(packed[:3])}{' ...' * (len(packed) > 3)} on the "
                               f"main stream wherever they run (docs/torchair.md); "

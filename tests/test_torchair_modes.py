@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from autostream import AutoStreamPass
+from autostream.passes import Outcome
 from autostream.dialects.torchair import air_kind, scope_label
 from autostream.dialects.torchair_modes import GE_LAZY_VIEWS
 from autostream.fx.capture import capture_graphs
@@ -464,4 +465,6 @@ def test_ge_keeps_graphs_with_symbolic_size_lists_on_one_stream():
     gm = aot_graph_with_symbols(two_branches, torch.randn(8, 6))
     report = AutoStreamPass(max_streams=2, cost_table="h200").run(gm, None, mode="max-autotune")
     assert not report.applied and "GE packs the symbolic size lists" in report.reason
+    assert report.outcome is Outcome.ONE_STREAM_TARGET  # not "no parallelism": there is
+    assert report.figures()["outcome"] == "the target runs this graph on one stream"
     assert not any(n.target is torch.ops.aten.sym_size.int for n in gm.graph.nodes)
