@@ -53,3 +53,24 @@ def test_backend_stays_the_function_after_its_module_is_imported():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "function"
+
+
+def test_importing_autostream_registers_no_air_ops_until_asked():
+    """The op registry is the process's: importing autostream (and its pass) defines no
+    ``torch.ops.air`` op; ``air_ops()`` does where TorchAir is absent (docs/hand-placements.md)."""
+    code = ("import torch, autostream, importlib\n"
+            "importlib.import_module('autostream.passes')\n"
+            "before = hasattr(torch.ops.air, 'scope_enter')\n"
+            "from autostream.dialects.torchair import air_ops, wait_tensor_op\n"
+            "ops = air_ops(); wait_tensor_op()\n"
+            "x = torch.ones(2)\n"
+            "torch.ops.air.scope_enter(['_user_stream_label'], ['s1'])\n"
+            "y = torch.ops.air.wait_tensor(x * 2, x)\n"
+            "torch.ops.air.scope_exit()\n"
+            "print(before, ops.from_torchair, y.tolist())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    before, from_torchair, values = out.strip().split(" ", 2)
+    if from_torchair == "True":
+        pytest.skip("TorchAir is importable here: its own ops are registered")
+    assert before == "False" and values == "[2.0, 2.0]"
