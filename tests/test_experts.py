@@ -165,6 +165,18 @@ def test_check_summary_is_text_and_figures_the_numbers():
     assert repr(result) == f"<HandCheck {text}>"
 
 
+@pytest.mark.parametrize("mode", ["cuda", "acl"])
+def test_the_plan_may_use_fewer_streams_than_the_placement_and_says_so(mode):
+    """check's plan may use the placement's streams, uses fewer where they do not pay (a
+    neg beside an add: one stream), and the summary tells the count it used."""
+    result = check(_two_streams(wait=True), mode, "h200", max_streams=1)
+    assert result.hand_streams == 2
+    assert result.plan.problem.streams == 2  # offered as many as the placement used
+    used = result.plan.schedule.streams_used
+    assert used == 1
+    assert f"autostream {result.autostream_us:.1f} us ({used} stream(s))" in result.summary()
+
+
 def test_pass_report_carries_the_check_and_warns(caplog):
     layer = build("fine_bf16_race", "qwen3_moe", tokens=8)
     before = [n.name for n in layer.gm.graph.nodes]

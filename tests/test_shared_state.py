@@ -27,8 +27,8 @@ class TwoBranches(nn.Module):
         return self.a(x).relu() + self.b(x).sigmoid()
 
 
-def _ours() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("autostream-")]
+def _ours() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("autostream-")}
 
 
 def _count_in_new_thread() -> int:
@@ -39,12 +39,9 @@ def _count_in_new_thread() -> int:
     return seen[0]
 
 
-def test_threads_runtime_from_four_user_threads_leaves_no_trace():
-    torch._dynamo.reset()
-    gc.collect()
-    default = _count_in_new_thread()
-    assert default == torch.get_num_threads()
-    before = set(_ours())
+def _users_call_one_model(default: int, before: set[threading.Thread]) -> None:
+    """Compile the model, call it from ``USERS`` threads while others start threads, and
+    check what they saw; everything made here is let go when this returns."""
     compiles: list[int] = []
     be = autostream.backend(max_streams=2, measure=0, runtime="threads")
 
@@ -57,7 +54,7 @@ def test_threads_runtime_from_four_user_threads_leaves_no_trace():
     with torch.no_grad():
         expected = model(x)
     assert be.last_report.streams_used == 2  # the premise: a worker thread runs stream 1
-    assert len(_ours()) > len(before)
+    assert _ours() - before, "no worker thread was started"
 
     started: list[int] = []
     errors: list[BaseException] = []
@@ -90,10 +87,17 @@ def test_threads_runtime_from_four_user_threads_leaves_no_trace():
     assert started and set(started) == {default}, f"{len(started)} threads started"
     assert _count_in_new_thread() == default and torch.get_num_threads() == default
 
-    del model, be, counting
+
+def test_threads_runtime_from_four_user_threads_leaves_no_trace():
     torch._dynamo.reset()
     gc.collect()
-    assert set(_ours()) <= before, "worker threads outlived their model"
+    before = _ours()
+    default = _count_in_new_thread()
+    assert default == torch.get_num_threads()
+    _users_call_one_model(default, before)
+    torch._dynamo.reset()
+    gc.collect()
+    assert _ours() <= before, "worker threads outlived their model"
 
 
 def _fork_join_gm() -> torch.fx.GraphModule:

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from autostream import AutoStreamPass
-from autostream.passes import Outcome
 from autostream.dialects.torchair import air_kind, scope_label
 from autostream.dialects.torchair_modes import GE_LAZY_VIEWS
 from autostream.fx.capture import capture_graphs
 from autostream.models import zoo
+from autostream.passes import Outcome
 
 
 class Config:  # what the pass reads of TorchAir's CompilerConfig

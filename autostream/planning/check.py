@@ -264,9 +264,10 @@ def check(gm: torch.fx.GraphModule, mode: str = "cuda", cost_table: Any = None,
     """Check the streams placed by hand in a captured graph ``gm`` (left unchanged).
 
     ``mode``: the target's semantics, ``"cuda"`` (events), ``"ge"`` (TorchAir GE) or
-    ``"acl"`` (TorchAir ACL graph).  autostream's plan uses at least as many streams as
-    the placement; ``max_memory_increase=None``: no memory budget (the placement has none).
-    Under ``"ge"`` autostream's plan is timed as GE places it (``ge_placement``); the hand
+    ``"acl"`` (TorchAir ACL graph).  autostream's plan may use as many streams as the
+    placement, or ``max_streams`` if more, and uses fewer where more do not pay (its
+    ``plan.schedule.streams_used`` says how many); ``max_memory_increase=None``: no
+    memory budget (the placement has none).  Under ``"ge"`` autostream's plan is timed as GE places it (``ge_placement``); the hand
     placement as written.  ``cost_table=None``: the default table of the target's device,
     as the pass would pick it there: ``ascend910b`` under ``"ge"`` and ``"acl"`` (TorchAir's
     modes), else that of the graph's device (``cpu`` for a graph of CPU or fake tensors).
