@@ -122,9 +122,9 @@ def test_delays_are_seeded():
     program = parse_program(fork_join(streams=2)[0])
     draws = []
     for _ in range(2):
-        run = SanitizerRun(SanitizerConfig(seed=9), program, call_index=4)
+        run = SanitizerRun(SanitizerConfig(seed=9), program, call_index=4, orders={})
         draws.append([run.rngs[k].random() for k in (0, 1)])
-    other = SanitizerRun(SanitizerConfig(seed=9), program, call_index=5)
+    other = SanitizerRun(SanitizerConfig(seed=9), program, call_index=5, orders={})
     assert draws[0] == draws[1] != [other.rngs[k].random() for k in (0, 1)]
 
 

@@ -48,7 +48,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from autostream.fx.graph import draws_random_numbers
+from autostream.fx.graph import OpGraph, draws_random_numbers
 from autostream.fx.thread_state import ThreadState
 
 #: ``node.meta`` key under which a lifted graph's nodes carry their :class:`CallEffects`
@@ -110,6 +110,29 @@ class GraphEffects:
         """Placeholders whose storage some call writes."""
         written = {s for call in self.calls.values() for s in call.writes}
         return {p for p, s in self.input_storage.items() if s in written}
+
+    def add_to(self, op_graph: OpGraph) -> OpGraph:
+        """``op_graph`` (edited and returned) with the memory and program-order edges of
+        these effects added (edge kinds ``"memory"`` and ``"effect"``)."""
+        for u, v in self.memory_edges():
+            if u != v and not op_graph.has_edge(u, v):
+                op_graph.add_edge(u, v, kind="memory")
+        ordered = [n for n, call in self.calls.items() if call.ordered]
+        for u, v in zip(ordered, ordered[1:]):
+            if not op_graph.has_edge(u, v):
+                op_graph.add_edge(u, v, kind="effect")
+        return op_graph
+
+    @classmethod
+    def of_lifted(cls, graph: torch.fx.Graph) -> GraphEffects:
+        """The effects a lifted graph's nodes carry (``node.meta[EFFECTS_KEY]``), in the
+        graph's order; none for a graph that was not lifted.
+
+        >>> GraphEffects.of_lifted(torch.fx.Graph()).calls
+        {}
+        """
+        return cls({n.name: n.meta[EFFECTS_KEY] for n in graph.nodes if EFFECTS_KEY in n.meta},
+                   {})
 
 
 # ops that write arguments their schema does not mark written (argument indices),

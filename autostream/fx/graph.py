@@ -255,6 +255,53 @@ def _storage_root(node: torch.fx.Node, roots: dict[torch.fx.Node, torch.fx.Node]
     return roots.get(node, node)
 
 
+def view_base(node: torch.fx.Node) -> torch.fx.Node:
+    """The node whose storage ``node`` shares through views and ``getitem``.
+
+    >>> g = torch.fx.Graph(); x = g.placeholder("x")
+    >>> view_base(g.call_function(torch.ops.aten.t.default, (x,))).name
+    'x'
+    """
+    while (node.target is operator.getitem or is_view_op(node)) and node.all_input_nodes:
+        node = node.all_input_nodes[0]
+    return node
+
+
+def dependence_storage(u: torch.fx.Node, v: torch.fx.Node) -> str:
+    """The storage the dependence ``u -> v`` is about: one written by either op and touched
+    by the other, else what ``u`` produces.
+
+    >>> g = torch.fx.Graph(); x = g.placeholder("x")
+    >>> mm = g.call_function(torch.ops.aten.mm.default, (x, x))
+    >>> dependence_storage(mm, g.call_function(torch.ops.aten.mul_.Tensor, (x, 2.0)))
+    'x'
+    """
+    def touched(n: torch.fx.Node) -> set[torch.fx.Node]:
+        return {view_base(n)} | {view_base(a) for a in n.all_input_nodes}
+
+    written = {view_base(w) for w in (*op_effects(u).writes, *op_effects(v).writes)}
+    common = touched(u) & touched(v) & written
+    return min(common, key=lambda n: n.name).name if common else view_base(u).name
+
+
+def memory_hazard(u: torch.fx.Node, v: torch.fx.Node, storage: str) -> str:
+    """Which hazard a memory dependence ``u -> v`` on ``storage`` guards: ``"write-after-read"``,
+    ``"write-after-write"``, ``"read-after-write"`` (``""`` when no schema says who writes).
+
+    >>> g = torch.fx.Graph(); x = g.placeholder("x")
+    >>> mm = g.call_function(torch.ops.aten.mm.default, (x, x))
+    >>> memory_hazard(mm, g.call_function(torch.ops.aten.mul_.Tensor, (x, 2.0)), "x")
+    'write-after-read'
+    """
+    def writes(n: torch.fx.Node) -> bool:
+        return any(view_base(w).name == storage for w in op_effects(n).writes)
+
+    first, second = writes(u), writes(v)
+    if second:
+        return "write-after-write" if first else "write-after-read"
+    return "read-after-write" if first else ""
+
+
 def build_op_graph(gm: torch.fx.GraphModule,
                    one_at_a_time: Callable[[str | None], bool] | None = None) -> OpGraph:
     """Build the dependence DAG of ``gm``'s schedulable ops.

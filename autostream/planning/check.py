@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import operator
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,7 +34,7 @@ from autostream.dialects.torchair_modes import (
 )
 from autostream.dialects.verify import verify_rewrite
 from autostream.fx.device import graph_device
-from autostream.fx.graph import communicates, is_view_op, op_effects
+from autostream.fx.graph import communicates, dependence_storage
 from autostream.planning.plan import Plan, PlanOptions, build_problem, load_cost_model, plan_graph
 from autostream.scheduling.schedule import JOIN, Schedule
 from autostream.scheduling.simulate import simulate_plan
@@ -154,23 +153,6 @@ def source_line(node: torch.fx.Node | None) -> str:
     return lines[-1]
 
 
-def _root(node: torch.fx.Node) -> torch.fx.Node:
-    while (node.target is operator.getitem or is_view_op(node)) and node.all_input_nodes:
-        node = node.all_input_nodes[0]
-    return node
-
-
-def _storage(u: torch.fx.Node, v: torch.fx.Node) -> str:
-    """The storage the dependence ``u -> v`` is about: one written by either op and touched
-    by the other, else what ``u`` produces."""
-    def touched(n: torch.fx.Node) -> set[torch.fx.Node]:
-        return {_root(n)} | {_root(a) for a in n.all_input_nodes}
-
-    written = {_root(w) for w in (*op_effects(u).writes, *op_effects(v).writes)}
-    common = touched(u) & touched(v) & written
-    return min(common, key=lambda n: n.name).name if common else _root(u).name
-
-
 def _races(placement: HandPlacement, deps: nx.DiGraph, unordered: list[tuple[str, str]]
            ) -> tuple[Race, ...]:
     label = placement.labels
@@ -178,7 +160,7 @@ def _races(placement: HandPlacement, deps: nx.DiGraph, unordered: list[tuple[str
     for u, v in unordered:
         fu, fv = deps.nodes[u]["fx"], deps.nodes[v]["fx"]
         out.append(Race((u, v), (label[placement.stream_of[u]], label[placement.stream_of[v]]),
-                        _storage(fu, fv), (source_line(fu), source_line(fv)),
+                        dependence_storage(fu, fv), (source_line(fu), source_line(fv)),
                         deps.edges[u, v].get("kind", "data")))
     return tuple(out)
 

@@ -116,18 +116,6 @@ def dynamo_effects(dynamo: torch.fx.GraphModule, mutated_inputs: frozenset[str] 
     return effects
 
 
-def _with_effects(op_graph: OpGraph, effects: GraphEffects) -> OpGraph:
-    """``op_graph`` (data flow) plus the memory and program-order edges of ``effects``."""
-    for u, v in effects.memory_edges():
-        if u != v and not op_graph.has_edge(u, v):
-            op_graph.add_edge(u, v, kind="memory")
-    ordered = [n for n, call in effects.calls.items() if call.ordered]
-    for u, v in zip(ordered, ordered[1:]):
-        if not op_graph.has_edge(u, v):
-            op_graph.add_edge(u, v, kind="effect")
-    return op_graph
-
-
 def _sources(node: torch.fx.Node) -> Iterable[tuple[str, int]]:
     """``(name, graph_id)`` of every node ``node`` was made from, nearest first."""
     pending = list(node.meta.get("from_node") or ())
@@ -216,7 +204,7 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
     aten_stream = plan.schedule.stream_of
     single_us = {n: e.duration_us for n, e in plan.estimates.items()}
     split = plan.problem.graph.nodes
-    op_graph = _with_effects(build_op_graph(dynamo), effects)
+    op_graph = effects.add_to(build_op_graph(dynamo))
     stream_of: dict[str, int] = {}
     key: dict[str, float] = {}
     moved: list[str] = []

@@ -1,22 +1,30 @@
 """Race sanitizer for the threads runtime: random delays at op boundaries plus a dependence checker.
 
-Two checks run before every op (and before the graph's output):
+What it checks, before every op: every dependence of it whose first op runs on another
+stream, as :func:`autostream.dialects.verify.verify_rewrite` and
+:func:`autostream.planning.check.check` (``mode="cuda"``) find them in the graph
+(:mod:`autostream.runtime.orders`, computed once per runner): a read of a value, memory
+hazards on storages, views included (read-after-write, write-after-read,
+write-after-write), random and side-effect order, collective order; and, before the
+graph's output, its reads of values.  (The hazards ``check`` adds for TorchAir's
+compilers, ``mode="ge"`` or ``"acl"``, are not the threads runtime's.)  Two checks:
 
-- ``early``: one of the op's FX inputs, produced on another stream, has not completed
-  yet.  Random delays (seeded per call and stream) shuffle the interleaving, and a
-  producer whose value another stream reads is held a little longer before it is
-  published, so a missing wait shows up as an early read in most runs.
-- ``unordered``: happens-before with vector clocks, as executed: the producer's
-  completion is not covered by the consumer stream's clock, i.e. no chain of
-  record/wait orders the two.  This flags a missing wait on every run, whatever the
-  timing, like ThreadSanitizer.
+- ``early``: the op that must come first has not completed yet.  Random delays (seeded
+  per call and stream) shuffle the interleaving, and a producer whose value another
+  stream reads is held a little longer before it is published, so a missing wait shows
+  up as an early start in most runs.
+- ``unordered`` (a read of a value) and ``hazard`` (any other dependence): happens-before
+  with vector clocks, as executed: the first op's completion is not covered by the
+  second's stream clock, i.e. no chain of record/wait orders the two.  This flags a
+  missing wait on every run, whatever the timing, like ThreadSanitizer.
 
 Each side stream also checks, before its first op, that it runs under the caller's
 thread-local state (:class:`~autostream.fx.thread_state.ThreadState`: grad, inference and
 autocast modes).
 
-A correct plan never trips these checks: every cross-stream read is preceded by a
-wait on a record made after the producer finished.
+A correct plan never trips these checks: every cross-stream dependence is preceded by a
+wait on a record made after its first op finished.  Not checked: a side stream left
+unjoined before the output (the runtime joins every stream before it returns).
 """
 
 from __future__ import annotations
@@ -25,12 +33,14 @@ import os
 import random
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 import torch.fx
 
 from autostream.fx.thread_state import ThreadState
+from autostream.runtime.orders import Order
 from autostream.runtime.program import StreamProgram
 
 SANITIZE_ENV = "AUTOSTREAM_SANITIZE"
@@ -75,29 +85,60 @@ def sanitize_from_env(sanitize: bool | SanitizerConfig, seed: int) -> SanitizerC
 
 @dataclass(frozen=True)
 class Violation:
-    """A consumer that started without its producer being completed or ordered before it."""
+    """An op that started without an op it depends on, on another stream, being completed
+    (``early``) or ordered before it (``unordered``: a read of a value; ``hazard``: any
+    other dependence, ``dependence`` says which, ``storage`` and ``hazard_kind`` the memory
+    hazard's storage and kind).
 
-    kind: Literal["early", "unordered"]
+    >>> print(Violation("hazard", "mm", 1, "mul_", 0, "memory", "x", "write-after-read"))
+    'mul_' (stream 0) writes storage 'x' that 'mm' (stream 1) reads before it (write-after-read) and is not ordered after it by any record/wait: record after 'mm' and wait on that record before 'mul_'
+    """
+
+    kind: Literal["early", "unordered", "hazard"]
     producer: str
     producer_stream: int
     consumer: str
     consumer_stream: int
+    dependence: str = "data"
+    storage: str = ""
+    hazard_kind: str = ""
 
     def __str__(self) -> str:
-        what = ("started before it completed" if self.kind == "early"
+        when = ("started before it completed" if self.kind == "early"
                 else "is not ordered after it by any record/wait")
-        return (f"{self.consumer!r} (stream {self.consumer_stream}) reads {self.producer!r} "
-                f"(stream {self.producer_stream}) and {what}")
+        first = f"{self.producer!r} (stream {self.producer_stream})"
+        second = f"{self.consumer!r} (stream {self.consumer_stream})"
+        if self.dependence == "data":
+            return f"{second} reads {first} and {when}"
+        fix = (f": record after {self.producer!r} and wait on that record before "
+               f"{self.consumer!r}")
+        return f"{second} {self._relation(first)} and {when}{fix}"
+
+    def _relation(self, first: str) -> str:
+        storage, hazard = f"storage {self.storage!r}", self.hazard_kind
+        if hazard == "write-after-read":
+            return f"writes {storage} that {first} reads before it ({hazard})"
+        if hazard == "write-after-write":
+            return f"writes {storage} that {first} writes before it ({hazard})"
+        if hazard == "read-after-write":
+            return f"reads {storage} that {first} writes before it ({hazard})"
+        if self.dependence == "memory":
+            return f"touches {storage}, which {first} touches before it, one of them writing it"
+        if self.dependence == "effect":
+            return f"draws random numbers or has side effects after {first} in program order"
+        if self.dependence == "comm":
+            return f"communicates after {first} in program order (ranks match by issue order)"
+        return f"depends on {first} ({self.dependence})"
 
 
 class RaceError(RuntimeError):
-    """The sanitizer found cross-stream reads not protected by a record/wait."""
+    """The sanitizer found cross-stream dependences not protected by a record/wait."""
 
     def __init__(self, violations: list[Violation]):
         self.violations = tuple(violations)
         lines = "; ".join(str(v) for v in violations)
-        super().__init__(f"race detected: {lines}. Add a record after the producer and a "
-                         f"wait on it before the consumer.")
+        super().__init__(f"race detected: {lines}. Add a record after the first op and a "
+                         f"wait on it before the second.")
 
 
 class ThreadStateError(RuntimeError):
@@ -105,17 +146,22 @@ class ThreadStateError(RuntimeError):
 
 
 class SanitizerRun:
-    """Per-call sanitizer state, shared by the stream threads of one call."""
+    """Per-call sanitizer state, shared by the stream threads of one call.
 
-    def __init__(self, config: SanitizerConfig, program: StreamProgram, call_index: int):
+    ``orders``: what each op needs before it from other streams
+    (:func:`autostream.runtime.orders.cross_stream_orders`, the runner's, computed once).
+    """
+
+    def __init__(self, config: SanitizerConfig, program: StreamProgram, call_index: int,
+                 orders: Mapping[torch.fx.Node, tuple[Order, ...]]):
         self.config = config
         self.program = program
+        self.orders = orders
         self.rngs = {k: random.Random(f"{config.seed}:{call_index}:{k}") for k in program.streams}
         self.clock: dict[int, dict[int, int]] = {k: {} for k in program.streams}
         self.stamp: dict[torch.fx.Node, tuple[int, int]] = {}
         self.token_clock: dict[str, dict[int, int]] = {}
         self.done: set[torch.fx.Node] = set()
-        self.inputs = frozenset(program.placeholders) | frozenset(program.constants)
         self._lock = threading.Lock()
 
     def _sleep(self, stream: int, scale: float, low: float = 0.0) -> None:
@@ -124,21 +170,25 @@ class SanitizerRun:
 
     def violations(self, consumer: torch.fx.Node, stream: int) -> list[Violation]:
         found = []
-        for arg in consumer.all_input_nodes:
-            producer_stream = self.program.stream_of.get(arg, 0)
-            if arg in self.inputs or producer_stream == stream:
-                continue
+        config = self.config
+        for order in self.orders.get(consumer, ()):
+            first = order.before
             with self._lock:
-                done = arg in self.done
-                stamp = self.stamp.get(arg)
-            if self.config.completion and not done:
-                found.append(Violation("early", arg.name, producer_stream, consumer.name, stream))
-            if self.config.happens_before:
-                covered = stamp is not None and self.clock[stream].get(stamp[0], 0) >= stamp[1]
-                if not covered:
-                    found.append(Violation("unordered", arg.name, producer_stream,
-                                           consumer.name, stream))
+                done = first in self.done
+                stamp = self.stamp.get(first)
+            if config.completion and not done:
+                found.append(self._violation("early", order, consumer, stream))
+            if config.happens_before and not (
+                    stamp is not None and self.clock[stream].get(stamp[0], 0) >= stamp[1]):
+                kind = "unordered" if order.kind == "data" else "hazard"
+                found.append(self._violation(kind, order, consumer, stream))
         return found
+
+    @staticmethod
+    def _violation(kind: Literal["early", "unordered", "hazard"], order: Order,
+                   consumer: torch.fx.Node, stream: int) -> Violation:
+        return Violation(kind, order.before.name, order.stream, consumer.name, stream,
+                         order.kind, order.storage, order.hazard)
 
     def before_op(self, stream: int, node: torch.fx.Node) -> None:
         self._sleep(stream, self.config.max_delay_s)

@@ -64,6 +64,7 @@ from autostream.fx.thread_state import ThreadState
 from autostream.runtime.execute import Env, bind_inputs, collect_outputs, run_op
 from autostream.runtime.interpret import interpret
 from autostream.runtime.memory import LiveBytes, MeasuredMemory
+from autostream.runtime.orders import cross_stream_orders
 from autostream.runtime.program import Step, StreamProgram, parse_program
 from autostream.runtime.sanitizer import (
     RaceError,
@@ -186,7 +187,7 @@ class _Call:
         #: the calling thread's counts before this call set its own (put back after it)
         self.main_previous: Previous | None = None
         config = runner.sanitizer
-        self.san = SanitizerRun(config, program, call_index) if config else None
+        self.san = SanitizerRun(config, program, call_index, runner.orders) if config else None
         observed = self.san or self.spans is not None or self.meter is not None
         self.op = self._observed_op if observed else self._op
         self.release = self._pop if self.meter is None else self._pop_metered
@@ -384,6 +385,8 @@ class ThreadsRunner:
         self.gm = gm
         self.program = program if program is not None else parse_program(gm)
         self.sanitizer = sanitize_from_env(sanitize, seed)
+        #: what each op needs before it from other streams (sanitizer only: the checks)
+        self.orders = cross_stream_orders(gm, self.program) if self.sanitizer else {}
         #: ``None``: waits have no deadline (see the module docstring)
         self.wait_timeout_s = wait_timeout_s
         #: what ``wait_timeout_s`` is counted on (seconds; tests inject their own)
