@@ -14,10 +14,10 @@ import torch
 import torch.fx
 
 from autostream.comm import CommRegistry, CommSpec, comm_op, register
-from autostream.comm.affinity import launch_of_wait
 from autostream.comm.agree import DictStore, check_through_store, graph_key, outcome_digest
 from autostream.comm.groups import GroupInfo
 from autostream.comm.inflight import most_in_flight, one_at_a_time
+from autostream.comm.ops import launch_of_wait
 from autostream.cost import CostModel, CostTable, TableCostModel
 from autostream.cost.collectives import LinkFit
 from autostream.dialects.rewrite import rewrite_graph

@@ -37,7 +37,6 @@ from typing import Any
 
 import networkx as nx
 
-from autostream.comm.affinity import launches_of_waits, waits_with_launches
 from autostream.memory.budget import format_bytes
 from autostream.memory.cap import capped_replay
 from autostream.memory.predict import (
@@ -54,6 +53,7 @@ from autostream.scheduling.simulate import simulate_plan
 from autostream.scheduling.solvers import get_solver
 from autostream.scheduling.sync import compute_syncs
 from autostream.scheduling.timeline import Timeline
+from autostream.scheduling.waits import launches_of_waits, waits_with_launches
 
 __all__ = ["Candidate", "FitInputs", "PlanMemory", "RuntimeCosts", "evaluate", "fit_plan"]
 
@@ -118,7 +118,7 @@ class FitInputs:
 
     @cached_property
     def launch_of_wait(self) -> dict[str, str]:
-        """Each collective wait -> its launch (``comm.affinity``), found once per graph."""
+        """Each collective wait -> its launch (``scheduling.waits``), found once per graph."""
         return launches_of_waits(self.deps)
 
 
@@ -170,7 +170,7 @@ def evaluate(inputs: FitInputs, schedule: Schedule, problem: SchedulingProblem,
 
     ``retime``: the edges were added after solving; the schedule's times are
     recomputed with them (as they are when a collective's wait moves to the stream that
-    launched it, ``comm.affinity``, and when ``inputs.place`` places a multi-stream
+    launched it, ``scheduling.waits``, and when ``inputs.place`` places a multi-stream
     schedule: its syncs are then the placement's).  Memory is laid on the simulated run
     on CPU and on the launch order on an accelerator (its caching allocator counts on the
     host, at launch).
