@@ -17,9 +17,8 @@ from torch._functorch.aot_autograd import make_boxed_func
 from autostream.comm import has_communication
 from autostream.comm.reinplace import reinplace_all_reduces
 from autostream.cost.label import table_mismatch
-from autostream.cost.runtime_target import for_runtime
+from autostream.cost.runtime_target import RuntimeCosts, for_runtime
 from autostream.fx.call_effects import EffectsUnknown, aot_mutated_inputs
-from autostream.memory.fit import RuntimeCosts
 from autostream.passes import AutoStreamPass, Outcome, PassReport, graph_device, strict
 from autostream.planning.lift import LiftedPlan, LiftError, lift_plan
 from autostream.planning.plan import Plan

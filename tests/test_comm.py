@@ -24,8 +24,8 @@ from autostream.dialects.rewrite import rewrite_graph
 from autostream.dialects.verify import verify_rewrite
 from autostream.fx import graph as graph_module
 from autostream.fx.graph import build_op_graph, communicates, op_effects
-from autostream.memory.fit import FitInputs, evaluate
 from autostream.memory.predict import GraphMemory
+from autostream.planning.evaluate import FitInputs, evaluate
 from autostream.planning.plan import PlanOptions, plan_graph
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import Schedule
