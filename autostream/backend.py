@@ -15,11 +15,10 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from autostream.comm import has_communication
-from autostream.comm.reinplace import reinplace_all_reduces
 from autostream.cost.label import table_mismatch
-from autostream.cost.runtime_target import for_runtime
+from autostream.cost.runtime_target import RuntimeCosts, for_runtime
+from autostream.dialects.reinplace import reinplace_all_reduces
 from autostream.fx.call_effects import EffectsUnknown, aot_mutated_inputs
-from autostream.memory.fit import RuntimeCosts
 from autostream.passes import AutoStreamPass, Outcome, PassReport, graph_device, strict
 from autostream.planning.lift import LiftedPlan, LiftError, lift_plan
 from autostream.planning.plan import Plan
@@ -104,7 +103,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     compiled graph got (``BackendReport.summary()``).
 
     A functional all-reduce whose input no other op can see runs in place, as
-    hand-written code does (``autostream.comm.reinplace``).
+    hand-written code does (``autostream.dialects.reinplace``).
 
     For inference graphs the plan, made on the ATen graph, is lifted to the graph
     Dynamo captured (``autostream.planning.lift``): the streams then run the calls eager mode

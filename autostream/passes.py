@@ -29,7 +29,6 @@ import torch.fx
 
 import cost_models
 from autostream.comm import has_communication
-from autostream.comm.agree import check_through_store, graph_key, outcome_digest
 from autostream.cost import TableCostModel
 from autostream.cost.defaults import DEFAULT_TABLES, DefaultTable, default_table
 from autostream.cost.fused import FusedCosts, split_fusions
@@ -51,6 +50,7 @@ from autostream.dialects.verify import verify_rewrite
 from autostream.fx.device import graph_device
 from autostream.fx.graph import target_name
 from autostream.memory.budget import format_bytes
+from autostream.planning.agree import check_through_store, graph_key, outcome_digest
 from autostream.planning.check import HandCheck, check_placement
 from autostream.planning.plan import (
     MIN_RELATIVE_GAIN,
@@ -123,7 +123,7 @@ class PassReport:
     #: the graph was not rewritten, the plan's own stages are all there is)
     stages: StageTimes | None = None
     #: for a graph that communicates: this rank's plan digest, set in the process
-    #: group's store (``comm.agree``)
+    #: group's store (``planning.agree``)
     rank_digest: str | None = None
     #: the ranks whose digests differ from this one's, in words (``None``: none seen)
     rank_mismatch: str | None = None
@@ -356,7 +356,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
 
         For a graph that communicates, the plan's digest is compared with those other
         ranks have set in the process group's store, without waiting and without a
-        collective (``comm.agree``); a mismatch is logged and kept in the report.
+        collective (``planning.agree``); a mismatch is logged and kept in the report.
         """
         if not isinstance(gm, torch.fx.GraphModule):
             if self.inductor_streams and isinstance(gm, torch.fx.Graph) \

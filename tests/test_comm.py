@@ -14,18 +14,18 @@ import torch
 import torch.fx
 
 from autostream.comm import CommRegistry, CommSpec, comm_op, register
-from autostream.comm.affinity import launch_of_wait
-from autostream.comm.agree import DictStore, check_through_store, graph_key, outcome_digest
 from autostream.comm.groups import GroupInfo
 from autostream.comm.inflight import most_in_flight, one_at_a_time
+from autostream.comm.ops import launch_of_wait
 from autostream.cost import CostModel, CostTable, TableCostModel
 from autostream.cost.collectives import LinkFit
 from autostream.dialects.rewrite import rewrite_graph
 from autostream.dialects.verify import verify_rewrite
 from autostream.fx import graph as graph_module
 from autostream.fx.graph import build_op_graph, communicates, op_effects
-from autostream.memory.fit import FitInputs, evaluate
 from autostream.memory.predict import GraphMemory
+from autostream.planning.agree import DictStore, check_through_store, graph_key, outcome_digest
+from autostream.planning.evaluate import FitInputs, evaluate
 from autostream.planning.plan import PlanOptions, plan_graph
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import Schedule

@@ -40,7 +40,7 @@ class Outcome:
     comm_streams: tuple[int, ...]  # streams the plan gave the collective launches
     digest: str | None
     choice: str | None = None
-    #: the plan's all-reduces, and how many of them run in place (``comm.reinplace``)
+    #: the plan's all-reduces, and how many of them run in place (``dialects.reinplace``)
     all_reduces: int = 0
     in_place: int = 0
     mismatch: str | None = None  # the plan digests of other ranks that differ, in words

@@ -1,9 +1,11 @@
-"""The package's layers: each subpackage imports only what its docstring allows, and
-nothing imports upward (the units' imports have no cycle).
+"""The package's layers: each subpackage imports only what its docstring allows, no
+import runs up the layers' order (:data:`LAYERS`), and the units' imports have no cycle.
+A plan's trip through the planner's stages runs down from the planner and climbs back
+once (:data:`STAGES`).
 
 A subpackage's ``__init__`` docstring holds a line ``May import: a, b.`` (units named
 as under ``autostream/``: ``cost``, ``stages``...; ``nothing``; ``anything``), and may
-give some of its modules a layer of their own: ``agree, affinity may import: fx.``
+give some of its modules a layer of their own: ``experts may import: dialects.``
 Imports inside functions and under ``TYPE_CHECKING`` count too.
 """
 
@@ -32,7 +34,7 @@ class Import:
 
 @dataclass(frozen=True)
 class Rule:
-    unit: str  # "cost", or "comm.agree" for a module given its own layer
+    unit: str  # "cost", or "models.experts" for a module given its own layer
     allowed: frozenset[str] | None  # None: anything
 
 
@@ -89,8 +91,8 @@ def rules() -> dict[str, Rule]:
 
 
 def unit_of(module: str, units: set[str]) -> str:
-    """``autostream.comm.agree`` -> ``comm.agree`` when it has a layer of its own, else
-    ``comm``; a top-level module is its own unit, the package itself ``autostream``."""
+    """``autostream.models.experts`` -> ``models.experts`` when it has a layer of its own,
+    else ``models``; a top-level module is its own unit, the package itself ``autostream``."""
     parts = module.split(".")[1:]
     if not parts:
         return "autostream"
@@ -169,6 +171,208 @@ def test_an_upward_import_is_caught():
 
 def test_a_module_with_a_layer_of_its_own_is_checked_against_it():
     r = rules()
-    assert r["comm.reinplace"].allowed is not None and "memory" in r["comm.reinplace"].allowed
-    found = violations([Import("autostream.comm.registry", "autostream.memory.lifetimes", 3)], r)
-    assert len(found) == 1 and "comm may import: nothing" in found[0]
+    assert r["models.experts"].allowed is not None and "dialects" in r["models.experts"].allowed
+    assert violations([Import("autostream.models.experts", "autostream.dialects.torchair", 3)],
+                      r) == []
+    found = violations([Import("autostream.models.zoo", "autostream.dialects.torchair", 3)], r)
+    assert len(found) == 1 and "models may import: scheduling" in found[0]
+
+
+# -- the layers' order -----------------------------------------------------------------------
+
+#: Every unit (a subpackage, or a top-level module), lowest first: a unit imports only the
+#: units before it.  The pipeline runs up it: what communicates, costs, the graph, the
+#: scheduling problem and its solvers, syncs and simulator, memory, the dialects'
+#: rewrites, the planner (``plan``, the loop that evaluates and fits a plan), the
+#: runtimes, the reports, then the entry points (docs/design.md).
+LAYERS = ("version", "stages", "comm", "cost", "fx", "scheduling", "memory", "dialects",
+          "models", "planning", "runtime", "report", "passes", "calibration", "backend",
+          "equivalence", "commands", "cli", "autostream")
+
+
+def unit(module: str) -> str:
+    """``autostream.comm.ops`` -> ``comm``; the package itself -> ``autostream``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward(imports: list[Import]) -> list[Import]:
+    """The imports from a unit up to a unit above it in :data:`LAYERS`."""
+    rank = {u: i for i, u in enumerate(LAYERS)}
+    return [i for i in imports if rank[unit(i.target)] > rank[unit(i.module)]]
+
+
+def unit_cycles(imports: list[Import]) -> list[list[str]]:
+    g = nx.DiGraph((unit(i.module), unit(i.target)) for i in imports
+                   if unit(i.module) != unit(i.target))
+    return list(nx.simple_cycles(g))
+
+
+def test_every_unit_has_a_layer():
+    units = {unit(m) for m in modules()}
+    assert units - set(LAYERS) == set(), "add these units to LAYERS, above what they import"
+
+
+def test_no_import_runs_up_the_layers():
+    found = [f"{i.module} (line {i.line}) imports {i.target}" for i in upward(all_imports())]
+    assert found == [], "move the code to the layer it belongs to, or import downward"
+    assert unit_cycles(all_imports()) == []
+
+
+def test_an_import_up_the_layers_is_caught():
+    up = Import("autostream.memory.predict", "autostream.planning.fit", 1)
+    assert upward([*all_imports(), up]) == [*upward(all_imports()), up]
+    assert unit_cycles([*all_imports(), up]) != []
+
+
+# -- a plan's trip ------------------------------------------------------------------------------
+
+#: The planner's stages, in pipeline order, and the files each is made of (a folder ends
+#: in ``/``).  ``plan`` is the planner itself: it builds the problem and evaluates each
+#: candidate; ``fit`` keeps a plan within its memory budget.  A plan's trip (issue 44):
+#: the planner hands a candidate down to each stage in this order, once, and the trip
+#: climbs back up the layers once (to ``memory``, then the planner's ``fit``).
+STAGES = {
+    "plan": ("planning/plan.py", "planning/evaluate.py"),
+    "solve": ("scheduling/solvers/",),
+    "syncs": ("scheduling/waits.py", "scheduling/sync.py"),
+    "simulate": ("scheduling/simulate.py", "scheduling/timeline.py"),
+    "memory": ("memory/",),
+    "fit": ("planning/fit.py",),
+}
+PLANNER = "planning/"
+
+
+@dataclass(frozen=True)
+class Visit:
+    """The planner calling into a stage: the callee's file and stage."""
+
+    file: str
+    stage: str
+
+
+def stage_of(file: str) -> str | None:
+    for stage, parts in STAGES.items():
+        if any(file == p or (p.endswith("/") and file.startswith(p)) for p in parts):
+            return stage
+    return None
+
+
+def planner_visits(run) -> list[Visit]:
+    """Every call the planner (a function under ``planning/``) makes into a stage other
+    than its own, in order, while ``run()`` runs.  What a stage calls in turn is its own
+    business, not the planner's: the trip follows the plan as the planner hands it on."""
+    import sys
+
+    root = str(ROOT) + "/"
+    visits: list[Visit] = []
+
+    def ours(frame) -> str | None:
+        f = frame.f_code.co_filename
+        return f[len(root):] if f.startswith(root) else None
+
+    def on_event(frame, event, arg):
+        if event != "call" or (callee := ours(frame)) is None:
+            return
+        stage = stage_of(callee)
+        caller = frame.f_back
+        while caller is not None and ours(caller) is None:  # through functools, contextlib
+            caller = caller.f_back
+        if stage is None or caller is None:
+            return
+        source = ours(caller)
+        if source.startswith(PLANNER) and stage_of(source) != stage:
+            visits.append(Visit(callee, stage))
+
+    before = sys.getprofile()
+    sys.setprofile(on_event)
+    try:
+        run()
+    finally:
+        sys.setprofile(before)
+    return visits
+
+
+def candidate_trip(visits: list[Visit]) -> list[Visit]:
+    """One candidate's trip: from the planner's last solve before the plan reaches
+    ``fit`` (the candidate's own solve, after the single-stream plan's) to ``fit``."""
+    stages = [v.stage for v in visits]
+    end = stages.index("fit") + 1 if "fit" in stages else len(stages)
+    start = max(i for i in range(end) if stages[i] == "solve")
+    return visits[start:end]
+
+
+def layer_of(file: str) -> int:
+    return LAYERS.index(file.split("/")[0])
+
+
+@dataclass(frozen=True)
+class Trip:
+    """A trip's figures: the stages it enters in order (from ``plan``), the files, how
+    often it climbs back up (turns from going down the layers to going up), and how
+    often it returns to a stage or file it had left."""
+
+    stages: tuple[str, ...]
+    files: tuple[str, ...]
+    climbs: int
+    stage_returns: int
+    file_returns: int
+
+    @classmethod
+    def of(cls, visits: list[Visit], start: str = "planning/plan.py") -> Trip:
+        files = _collapsed([start, *(v.file for v in visits)])
+        stages = _collapsed(["plan", *(v.stage for v in visits)])
+        return cls(tuple(stages), tuple(dict.fromkeys(files)), _climbs([layer_of(f) for f in files]),
+                   len(stages) - len(set(stages)), len(files) - len(set(files)))
+
+
+def _collapsed(seq: list[str]) -> list[str]:
+    return [x for i, x in enumerate(seq) if i == 0 or seq[i - 1] != x]
+
+
+def _climbs(layers: list[int]) -> int:
+    """How often a walk over these layers turns from going down (or starting) to going up."""
+    steps = [b - a for a, b in zip(layers, layers[1:]) if b != a]
+    return sum(1 for i, s in enumerate(steps) if s > 0 and (i == 0 or steps[i - 1] < 0))
+
+
+def plan_trip(spec: str = "two_branch_gemv", **options) -> Trip:
+    from autostream.fx.capture import capture_graphs
+    from autostream.models import zoo
+    from autostream.planning.plan import PlanOptions, plan_graph
+
+    model, inputs = getattr(zoo, spec)()
+    gm = max(capture_graphs(model, tuple(inputs)), key=lambda g: len(g.graph.nodes))
+    opts = PlanOptions(**{"max_streams": 2, "solver": "cpsat", **options})
+    plan = None
+
+    def run() -> None:
+        nonlocal plan
+        plan = plan_graph(gm, opts)
+
+    visits = planner_visits(run)
+    assert plan is not None and plan.schedule.streams_used > 1, "trace a multi-stream plan"
+    return Trip.of(candidate_trip(visits))
+
+
+def test_a_plans_trip_enters_each_stage_once_in_pipeline_order():
+    trip = plan_trip()
+    assert trip.stages == tuple(STAGES), trip
+    assert trip.climbs <= 1 and trip.stage_returns == trip.file_returns == 0, trip
+
+
+def test_a_trip_out_of_order_or_climbing_back_twice_is_caught():
+    """Before issue 44 the planner handed a candidate to ``memory/fit.py``, which ran its
+    syncs, simulation and memory itself; its calls (the loop's own trip) climbed back
+    twice: up from the solver to ``memory/``, down to ``comm/`` (floor 1) for the waits,
+    and up again through ``scheduling/`` to ``memory/``."""
+    old = Trip.of([Visit("scheduling/solvers/cpsat/__init__.py", "solve"),
+                   Visit("memory/fit.py", "memory")])
+    assert old.stages == ("plan", "solve", "memory") != tuple(STAGES)
+    loop = ["planning/plan.py", "scheduling/solvers/heft.py", "memory/fit.py",
+            "comm/affinity.py", "scheduling/sync.py", "scheduling/simulate.py",
+            "memory/predict.py", "memory/fit.py"]
+    assert _climbs([layer_of(f) for f in loop]) == 2
+    now = ["planning/plan.py", "scheduling/solvers/heft.py", "scheduling/waits.py",
+           "scheduling/sync.py", "memory/predict.py", "planning/fit.py"]
+    assert _climbs([layer_of(f) for f in now]) == 1

@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 
 import autostream
 from autostream.fx.capture import capture
-from autostream.memory import fit as memory_fit
 from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
-from autostream.memory.fit import FitInputs, evaluate, fit_plan
 from autostream.memory.predict import GraphMemory, predict_memory
 from autostream.models.zoo import parallel_block
+from autostream.planning import fit as planning_fit
+from autostream.planning.evaluate import FitInputs, evaluate
+from autostream.planning.fit import fit_plan
 from autostream.planning.plan import PlanOptions, plan_graph
 from autostream.scheduling.simulate import simulate_plan
 from autostream.scheduling.solvers import get_solver
@@ -118,15 +119,15 @@ def test_fan_out_model_keeps_most_of_its_speed_up_within_the_default_budget(fan_
     free = _plan(fan_out, 2, None)
     assert free.memory.increase >= 0.30 and free.predicted_speedup > 1.3
     solves = []
-    solve = memory_fit._solve
-    monkeypatch.setattr(memory_fit, "_solve",
+    solve = planning_fit._solve
+    monkeypatch.setattr(planning_fit, "_solve",
                         lambda name, *args: solves.append(name) or solve(name, *args))
     fitted = _plan(fan_out, 2, "10%,256KiB")
     m = fitted.memory
     assert m.peak_bytes <= m.bound_bytes <= m.limit_bytes < free.memory.peak_bytes
     assert fitted.schedule.streams_used == 2 and m.how != "as solved"
     kept = (fitted.predicted_speedup - 1) / (free.predicted_speedup - 1)
-    assert kept > memory_fit.KEEP_GAIN
+    assert kept > planning_fit.KEEP_GAIN
     assert solves == []  # the repair kept enough of the gain: nothing was solved again
     strict = _plan(fan_out, 2, 0)
     assert strict.memory.bound_bytes <= strict.memory.single_stream_peak_bytes
@@ -167,10 +168,10 @@ def test_compiled_fan_out_within_budget_computes_what_the_model_computes():
 def test_a_repair_that_keeps_little_of_the_gain_also_tries_fewer_streams(fan_out, monkeypatch,
                                                                           keep_gain, tried):
     # 3 streams: what the first repairs keep is under 99% of the gain, never under 0%
-    monkeypatch.setattr(memory_fit, "KEEP_GAIN", keep_gain)
+    monkeypatch.setattr(planning_fit, "KEEP_GAIN", keep_gain)
     solves = []
-    solve = memory_fit._solve
-    monkeypatch.setattr(memory_fit, "_solve",
+    solve = planning_fit._solve
+    monkeypatch.setattr(planning_fit, "_solve",
                         lambda name, problem, *args: solves.append((name, problem.streams))
                         or solve(name, problem, *args))
     fitted = _plan(fan_out, 3, "10%,256KiB")

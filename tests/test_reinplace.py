@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from autostream.comm.reinplace import reinplace_all_reduces
+from autostream.dialects.reinplace import reinplace_all_reduces
 from autostream.memory.predict import GraphMemory
 
 f = torch.ops._c10d_functional

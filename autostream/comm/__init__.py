@@ -1,7 +1,6 @@
 """Communication ops: which nodes communicate, how they are ordered and what they cost.
 
 May import: nothing (the graph and the cost model build on its registry).
-Its plan readers agree, affinity, reinplace may import: fx, scheduling, memory.
 
 See ``docs/distributed.md``.  ``register`` adds a vendor op by qualified name:
 

@@ -76,7 +76,7 @@ def _runner(kind: str, nbytes: int, world: int, device):
     """A callable running one ``kind`` collective of ``nbytes`` (message convention) and
     its wait, as compiled graphs run it: the ``_c10d_functional`` op and ``wait_tensor``;
     an all-reduce in place, as the backend runs one whose input nothing else reads
-    (``comm.reinplace``), the others into a fresh output tensor."""
+    (``dialects.reinplace``), the others into a fresh output tensor."""
 
     n = nbytes // 4
     ops = torch.ops._c10d_functional

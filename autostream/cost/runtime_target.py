@@ -37,8 +37,8 @@ import torch.fx
 
 from autostream.cost.model import OpCost, TableCostModel
 
-__all__ = ["DEVICE_RUNTIMES", "TARGETS", "RuntimeCostModel", "default_runtime", "for_runtime",
-           "runtime_label"]
+__all__ = ["DEVICE_RUNTIMES", "TARGETS", "RuntimeCostModel", "RuntimeCosts", "default_runtime",
+           "for_runtime", "runtime_label"]
 
 #: runtimes a plan can be costed for
 TARGETS = ("graph", "streams", "threads", "sequential", "torchair")
@@ -164,3 +164,23 @@ def runtime_label(model: Any) -> str:
     if kind is not None:
         return "launches overlapped (no runtime named)"
     return ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeCosts:
+    """The multi-stream runtime's host costs (``CostModel.runtime_*_us``), and what every
+    variant pays, one stream included: ``issue_us`` per op launched by one host thread
+    (serial: the interpreted streams runtime), ``fixed_us`` per call (a graph's launch:
+    :class:`RuntimeCostModel`)."""
+
+    op_us: float = 0.0
+    call_us: float = 0.0
+    segment_us: float = 0.0
+    issue_us: float = 0.0
+    fixed_us: float = 0.0
+
+    @classmethod
+    def of(cls, model: Any) -> RuntimeCosts:
+        """The costs a cost model names (``issue_us``, ``call_fixed_us``: 0 where absent)."""
+        return cls(model.runtime_op_us, model.runtime_call_us, model.runtime_segment_us,
+                   getattr(model, "issue_us", 0.0), getattr(model, "call_fixed_us", 0.0))

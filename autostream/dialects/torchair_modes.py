@@ -353,7 +353,7 @@ def ge_place(schedule: Schedule, deps: nx.DiGraph) -> tuple[Schedule, tuple[Any,
     factories moved by :func:`ge_safe_schedule`, then each consumer whose wait finds no
     task to land on moved by :func:`_stuck_wait`, with GE's syncs (:func:`_ge_syncs`).
     ``deps``: the dependences, a plan's memory-ordering edges included.  The schedule's
-    times are not recomputed (the planner replays it, ``memory.fit.evaluate``).
+    times are not recomputed (the planner replays it, ``planning.evaluate.evaluate``).
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx

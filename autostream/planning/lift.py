@@ -183,7 +183,7 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
     ``runtime_segment_us`` are the runtime's host costs per node, per call and per
     segment (``autostream.scheduling.simulate.segment_leaders``); ``issue_us`` and ``fixed_us``
     what every variant pays per op issued from one host thread and per call
-    (``memory.fit.RuntimeCosts``).  ``mutated_inputs``: the
+    (``cost.runtime_target.RuntimeCosts``).  ``mutated_inputs``: the
     placeholders AOTAutograd found mutated (``call_effects.aot_mutated_inputs``), each
     of which some call must be seen writing.
 

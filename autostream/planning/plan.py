@@ -14,12 +14,13 @@ import torch.fx
 
 from autostream.comm import has_communication
 from autostream.cost import OpCost, TableCostModel, source_breakdown
-from autostream.cost.runtime_target import for_runtime, runtime_label
+from autostream.cost.runtime_target import RuntimeCosts, for_runtime, runtime_label
 from autostream.fx.capture import capture_graphs
 from autostream.fx.graph import OpGraph, build_op_graph
 from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
-from autostream.memory.fit import FitInputs, PlanMemory, RuntimeCosts, evaluate, fit_plan
 from autostream.memory.predict import GraphMemory
+from autostream.planning.evaluate import FitInputs, evaluate
+from autostream.planning.fit import PlanMemory, fit_plan
 from autostream.scheduling.placement import Placement
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import Schedule, Sync
@@ -263,7 +264,7 @@ def plan_graph(
     and charged the runtime's host cost per node.  Falls back to the single-stream
     plan when the candidate is not predicted at least ``MIN_RELATIVE_GAIN`` faster.
     A candidate whose predicted peak memory is over ``options.max_memory_increase``
-    is repaired or replaced (:func:`autostream.memory.fit.fit_plan`), never used.
+    is repaired or replaced (:func:`autostream.planning.fit.fit_plan`), never used.
     ``extra_deps`` adds order edges (each in program order) to the dependences: what the
     compiler will do to the graph after the pass (``dialects.torchair_modes``);
     ``scope_overhead_us`` (an ACL graph's events per scope) is charged on every

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from autostream.memory.fit import RuntimeCosts
+from autostream.cost.runtime_target import RuntimeCosts
 from autostream.memory.predict import GraphMemory, allocation_timeline, predict_memory
 from autostream.report.dot import write_graph
 from autostream.report.gantt import gantt_png
@@ -121,7 +121,7 @@ def plan_solvers(
 def runtime_us(problem: SchedulingProblem, schedule: Schedule, syncs: Sequence[Sync],
                runtime: RuntimeCosts) -> float:
     """A plan's predicted time with the multi-stream runtime's host costs, as
-    ``autostream plan`` predicts it (``memory.fit.evaluate``): one stream runs as planned."""
+    ``autostream plan`` predicts it (``planning.evaluate.evaluate``): one stream runs as planned."""
     if schedule.streams_used <= 1:
         return schedule.makespan
     timeline = simulate_plan(problem, schedule, syncs, launch_overhead_us=runtime.op_us,

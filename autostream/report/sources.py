@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autostream.memory.fit import RuntimeCosts
+from autostream.cost.runtime_target import RuntimeCosts
 from autostream.memory.predict import GraphMemory
 from autostream.models.modelspec import load_model_spec
 from autostream.models.stg import read_stg

@@ -2,7 +2,7 @@
 
 TorchAir's GE mode, for one, moves ops between streams and syncs onto other ops
 (``dialects.torchair_modes``).  The planner checks every multi-stream candidate as
-placed (:func:`autostream.memory.fit.evaluate`): its syncs, predicted time and memory
+placed (:func:`autostream.planning.evaluate.evaluate`): its syncs, predicted time and memory
 are those of the placed plan, so the gain bar and the memory budget bind what runs.
 """
 

@@ -4,7 +4,8 @@
 it can hold is: ``MemoryProfile.bound_bytes``
 (:func:`autostream.memory.predict.predict_memory`), over every interleaving its syncs allow
 on CPU threads, the launch order's peak on an accelerator.  A plan within it is kept
-as it is.  Otherwise these are tried in turn, each plan checked the same way,
+as it is.  Otherwise these are tried in turn, each plan checked the same way
+(:func:`autostream.planning.evaluate.evaluate`),
 stopping at the first step that yields one within budget:
 
 1. **ordering edges** (:func:`repair_in_order`): keeping the plan's streams and
@@ -31,31 +32,18 @@ count of plan evaluations (deterministic), not by a clock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass, replace
 from typing import Any
 
-import networkx as nx
-
-from autostream.comm.affinity import launches_of_waits, waits_with_launches
 from autostream.memory.budget import format_bytes
 from autostream.memory.cap import capped_replay
-from autostream.memory.predict import (
-    GraphMemory,
-    MemoryProfile,
-    StorageLife,
-    allocation_timeline,
-    predict_memory,
-)
-from autostream.scheduling.placement import Placement
+from autostream.memory.predict import GraphMemory, MemoryProfile, StorageLife
+from autostream.planning.evaluate import Candidate, Edge, FitInputs, evaluate, with_edges
 from autostream.scheduling.problem import SchedulingProblem
-from autostream.scheduling.schedule import Schedule, Sync
-from autostream.scheduling.simulate import simulate_plan
+from autostream.scheduling.schedule import Schedule
 from autostream.scheduling.solvers import get_solver
-from autostream.scheduling.sync import compute_syncs
-from autostream.scheduling.timeline import Timeline
 
-__all__ = ["Candidate", "FitInputs", "PlanMemory", "RuntimeCosts", "evaluate", "fit_plan"]
+__all__ = ["PlanMemory", "ending_edges", "fit_plan", "repair", "repair_in_order"]
 
 #: ordering edges added, at most, while repairing one plan
 MAX_EDGES = 32
@@ -77,62 +65,6 @@ PEAK_CANDIDATES = 16
 #: heuristic solvers whose plans replace one that cannot be repaired (fast, no search)
 FALLBACK_SOLVERS = ("heft", "critical_path", "tf_greedy", "opara", "round_robin")
 
-Edge = tuple[str, str]
-
-
-@dataclass(frozen=True)
-class RuntimeCosts:
-    """The multi-stream runtime's host costs (``CostModel.runtime_*_us``), and what every
-    variant pays, one stream included: ``issue_us`` per op launched by one host thread
-    (serial: the interpreted streams runtime), ``fixed_us`` per call (a graph's launch;
-    ``autostream.cost.runtime_target``)."""
-
-    op_us: float = 0.0
-    call_us: float = 0.0
-    segment_us: float = 0.0
-    issue_us: float = 0.0
-    fixed_us: float = 0.0
-
-    @classmethod
-    def of(cls, model: Any) -> RuntimeCosts:
-        """The costs a cost model names (``issue_us``, ``call_fixed_us``: 0 where absent)."""
-        return cls(model.runtime_op_us, model.runtime_call_us, model.runtime_segment_us,
-                   getattr(model, "issue_us", 0.0), getattr(model, "call_fixed_us", 0.0))
-
-
-@dataclass(frozen=True)
-class FitInputs:
-    """What checking and re-solving a plan needs."""
-
-    #: the real dependences (ordering edges are added on top of them)
-    deps: nx.DiGraph
-    #: the problem the plan was solved on
-    problem: SchedulingProblem
-    memory: GraphMemory
-    solver: str
-    solver_options: Mapping[str, Any] = field(default_factory=dict)
-    costs: RuntimeCosts = RuntimeCosts()
-    #: what the compiler does to a multi-stream plan after the pass; every such plan is
-    #: checked as placed (``None``: it runs as planned)
-    place: Placement | None = None
-
-    @cached_property
-    def launch_of_wait(self) -> dict[str, str]:
-        """Each collective wait -> its launch (``comm.affinity``), found once per graph."""
-        return launches_of_waits(self.deps)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One checked plan: its syncs, predicted time and memory, and how it was made."""
-
-    how: str
-    schedule: Schedule
-    syncs: tuple[Sync, ...]
-    problem: SchedulingProblem
-    predicted_us: float
-    memory: MemoryProfile
-    edges: tuple[Edge, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,51 +95,6 @@ class PlanMemory:
         return self.peak_bytes / base - 1.0 if base > 0 else 0.0
 
 
-def evaluate(inputs: FitInputs, schedule: Schedule, problem: SchedulingProblem,
-             edges: tuple[Edge, ...] = (), how: str = "as solved", retime: bool = False
-             ) -> Candidate:
-    """``schedule`` with its syncs (ordering edges included), predicted time and memory.
-
-    ``retime``: the edges were added after solving; the schedule's times are
-    recomputed with them (as they are when a collective's wait moves to the stream that
-    launched it, ``comm.affinity``, and when ``inputs.place`` places a multi-stream
-    schedule: its syncs are then the placement's).  Memory is laid on the simulated run
-    on CPU and on the launch order on an accelerator (its caching allocator counts on the
-    host, at launch).
-    """
-    held = waits_with_launches(schedule, inputs.launch_of_wait)
-    if held is not schedule:
-        schedule, retime = held, True
-    deps = _with_edges(inputs.deps, edges)
-    placed: tuple[Sync, ...] | None = None
-    if inputs.place is not None and schedule.streams_used > 1:
-        schedule, placed = inputs.place.place(schedule, deps)
-        retime = True
-    if schedule.streams_used <= 1:
-        if placed is not None:  # placed onto one stream: its times are the replay's
-            solved = simulate_plan(problem, schedule, ())
-            schedule = replace(schedule, start=solved.start, end=solved.end,
-                               makespan=solved.makespan, optimal=False)
-        timeline, syncs = Timeline.from_schedule(schedule), ()
-        predicted = schedule.makespan
-        if inputs.costs.issue_us > 0:  # one host thread issues every op: maybe host-bound
-            timeline = simulate_plan(problem, schedule, (),
-                                     launch_overhead_us=inputs.costs.issue_us)
-            predicted = timeline.makespan
-        predicted += inputs.costs.fixed_us
-    else:
-        syncs = tuple(compute_syncs(deps, schedule)) if placed is None else tuple(placed)
-        if retime:
-            solved = simulate_plan(problem, schedule, syncs)
-            schedule = replace(schedule, start=solved.start, end=solved.end,
-                               makespan=solved.makespan, optimal=False)
-        timeline = simulate_plan(problem, schedule, syncs,
-                                 launch_overhead_us=inputs.costs.issue_us + inputs.costs.op_us,
-                                 segment_overhead_us=inputs.costs.segment_us)
-        predicted = timeline.makespan + inputs.costs.call_us + inputs.costs.fixed_us
-    timeline = allocation_timeline(inputs.memory, schedule, timeline)
-    profile = predict_memory(inputs.memory, schedule, syncs, timeline)
-    return Candidate(how, schedule, syncs, problem, predicted, profile, edges)
 
 
 def fit_plan(inputs: FitInputs, candidate: Candidate, single: Candidate, limit: int | None,
@@ -367,6 +254,7 @@ def ending_edges(candidate: Candidate, memory: GraphMemory) -> list[Edge]:
     earliest free.
 
     >>> import networkx as nx
+    >>> from autostream.memory.predict import predict_memory
     >>> from autostream.scheduling.schedule import Schedule
     >>> deps = nx.DiGraph([("a", "b"), ("c", "d")])
     >>> mem = GraphMemory.from_sizes(deps, {"a": 8, "b": 1, "c": 8, "d": 1})
@@ -423,18 +311,12 @@ def _freer(life) -> str | None:
     return life.freed_after or life.freed_before
 
 
-def _with_edges(deps: nx.DiGraph, edges: Sequence[Edge]) -> nx.DiGraph:
-    if not edges:
-        return deps
-    g = deps.copy()
-    g.add_edges_from(edges, kind="memory_order")
-    return g
 
 
 def _with_problem_edges(problem: SchedulingProblem, edges: Sequence[Edge]) -> SchedulingProblem:
     if not edges:
         return problem
-    return replace(problem, graph=_with_edges(problem.graph, edges))
+    return replace(problem, graph=with_edges(problem.graph, edges))
 
 
 def _solve(name: str, problem: SchedulingProblem, options: Mapping[str, Any]) -> Schedule:
