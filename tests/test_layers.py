@@ -181,11 +181,11 @@ def test_a_module_with_a_layer_of_its_own_is_checked_against_it():
 # -- the layers' order -----------------------------------------------------------------------
 
 #: Every unit (a subpackage, or a top-level module), lowest first: a unit imports only the
-#: units before it.  The pipeline runs up it: what communicates, costs, the graph, the
+#: units before it.  The pipeline runs up it: what communicates, the graph, costs, the
 #: scheduling problem and its solvers, syncs and simulator, memory, the dialects'
 #: rewrites, the planner (``plan``, the loop that evaluates and fits a plan), the
 #: runtimes, the reports, then the entry points (docs/design.md).
-LAYERS = ("version", "stages", "comm", "cost", "fx", "scheduling", "memory", "dialects",
+LAYERS = ("version", "stages", "comm", "fx", "cost", "scheduling", "memory", "dialects",
           "models", "planning", "runtime", "report", "passes", "calibration", "backend",
           "equivalence", "commands", "cli", "autostream")
 
