@@ -52,6 +52,7 @@ by hand with other times can be drawn as planned with ``Timeline.from_schedule``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from autostream.scheduling.problem import SchedulingProblem
@@ -188,7 +189,9 @@ def run_events(
                 raise ValueError(f"plan deadlocks: ops {missing[:5]} can never start")
             now = next_ready
             continue
-        load = sum(share[n] for n in running)
+        # fsum: exact, so the same whatever order the set yields (hash seeds differ per
+        # process, and every rank must simulate the same times)
+        load = math.fsum(share[n] for n in running)
         slow = capacity / load if load > capacity else 1.0
         rates = {n: (slow if share[n] > 0 else 1.0) for n in running}
         dt = min(remaining[n] / rates[n] for n in running)
