@@ -227,13 +227,19 @@ def test_workers_persist_across_calls():
     assert not runner._workers[1].thread.is_alive()
 
 
-def _concurrent_thread_counts(**options):
+def _concurrent_thread_counts(started: dict[str, int] | None = None, **options):
+    """Each stream's intra-op threads while both run; with ``started``, also the count a
+    thread started by each stream then gets."""
     barrier = threading.Barrier(2, timeout=HANG_S)
     seen = {}
 
     def probe(x, tag):
-        barrier.wait()  # both streams are running now
+        barrier.wait()  # both streams are running now, with their counts set
         seen[tag] = torch.get_num_threads()
+        if started is not None:
+            t = threading.Thread(target=lambda: started.update({tag: torch.get_num_threads()}))
+            t.start()
+            t.join()
         return x
 
     b = DialectBuilder()
@@ -267,29 +273,10 @@ def test_a_thread_started_during_a_call_gets_the_process_default():
     the default every thread started meanwhile takes (and Dynamo's guards read)."""
     old = torch.get_num_threads()
     started: dict[str, int] = {}
-
-    def probe(x, tag):
-        barrier.wait()  # both streams run with their counts set now
-        seen[tag] = torch.get_num_threads()
-        t = threading.Thread(target=lambda: started.update({tag: torch.get_num_threads()}))
-        t.start()
-        t.join()
-        return x
-
-    barrier = threading.Barrier(2, timeout=HANG_S)
-    seen: dict[str, int] = {}
-    b = DialectBuilder()
-    x = b.input("x")
-    with b.stream(1):
-        y = b.call(probe, x, "side")
-        token = b.record()
-    z = b.call(probe, x, "main")
-    b.wait(token)
     try:
         torch.set_num_threads(4)
-        with ThreadsRunner(b.finish(y, z)) as runner:
-            runner(torch.ones(1))
-        assert seen == {"side": 1, "main": 2}  # the premise: counts were divided
+        # the premise: counts were divided
+        assert _concurrent_thread_counts(started) == {"side": 1, "main": 2}
         assert started == {"side": 4, "main": 4}
     finally:
         torch.set_num_threads(old)

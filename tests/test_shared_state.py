@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import threading
 
+import pytest
 import torch
 import torch._dynamo
 from torch import nn
@@ -100,47 +101,29 @@ def test_threads_runtime_from_four_user_threads_leaves_no_trace():
     assert _ours() <= before, "worker threads outlived their model"
 
 
-def _fork_join_gm() -> torch.fx.GraphModule:
+def _boom(x: torch.Tensor) -> torch.Tensor:
+    raise ValueError("boom")
+
+
+@pytest.mark.parametrize("side_op", [torch.ops.aten.neg.default, _boom], ids=["runs", "raises"])
+def test_a_collected_runner_stops_its_workers(side_op):
+    """The worker's loop used to keep its last job, and through it the runner, alive;
+    also when that job raised."""
     b = DialectBuilder()
     x = b.input("x")
     with b.stream(1):
-        y = b.call(torch.ops.aten.neg.default, x)
+        y = b.call(side_op, x)
         token = b.record()
     z = b.call(torch.ops.aten.relu.default, x)
     b.wait(token)
-    return b.finish(b.call(torch.ops.aten.add.Tensor, y, z))
-
-
-def test_a_collected_runner_stops_its_workers_after_calls():
-    """The worker's loop used to keep its last job, and through it the runner, alive."""
-    runner = ThreadsRunner(_fork_join_gm())
+    runner = ThreadsRunner(b.finish(y, z))
     worker = runner._workers[1].thread
     for _ in range(3):
-        runner(torch.ones(4))
-    del runner
-    gc.collect()
-    worker.join(timeout=5.0)
-    assert not worker.is_alive()
-
-
-def test_a_runner_whose_call_raised_is_collected_too():
-    def boom(x):
-        raise ValueError("boom")
-
-    b = DialectBuilder()
-    x = b.input("x")
-    with b.stream(1):
-        y = b.call(boom, x)
-        token = b.record()
-    b.wait(token)
-    runner = ThreadsRunner(b.finish(y))
-    worker = runner._workers[1].thread
-    try:
-        runner(torch.ones(1))
-    except ValueError:
-        pass
-    else:
-        raise AssertionError("the side stream's error was not raised")
+        if side_op is _boom:
+            with pytest.raises(ValueError, match="boom"):
+                runner(torch.ones(4))
+        else:
+            runner(torch.ones(4))
     del runner
     gc.collect()
     worker.join(timeout=5.0)
