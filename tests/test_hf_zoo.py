@@ -53,3 +53,23 @@ def test_bad_cache_mode_and_encoder_cache_are_refused():
         hf_zoo.llama("sideways")
     with pytest.raises(ValueError, match="encoder"):
         hf_zoo.bert("decode")
+
+
+def test_a_further_architecture_builds_tiny_and_deterministic():
+    from autostream.models import hf_archs
+
+    if "vit" not in hf_archs.available(["vit"]):
+        pytest.skip("the installed transformers has no ViTModel")
+    (model, inputs), (again, inputs_again) = hf_archs.vit(), hf_archs.vit()
+    with torch.no_grad():
+        out, out_again = model(*inputs), again(*inputs_again)
+    assert torch.equal(out, out_again)
+    assert out.shape == (1, 1 + (32 // 8) ** 2, 64)  # the class token and 16 patches
+
+
+def test_an_architecture_the_installed_transformers_lacks_is_not_available(monkeypatch):
+    from autostream.models import hf_archs
+
+    monkeypatch.setitem(hf_archs.CLASSES, "vit", "NoSuchModelAnywhere")
+    have = hf_archs.available(["vit", "bloom"])
+    assert "vit" not in have and have == [n for n in ["bloom"] if n in hf_archs.available()]

@@ -42,7 +42,7 @@ from ortools.sat.python import cp_model
 
 from autostream.scheduling.solvers.cpsat.clock import DET_PER_SECOND, hit_wall, make_solver
 from autostream.scheduling.solvers.cpsat.tasks import TaskGraph
-from autostream.scheduling.solvers.cpsat.windows import Window
+from autostream.scheduling.solvers.cpsat.windows import Window, clash, earliest_start
 
 Hint = tuple[Mapping[int, int], Mapping[int, int]]  # (stream, start) per task
 
@@ -104,18 +104,18 @@ def _longest_path(tg: TaskGraph, win: Window) -> int:
 
 
 def stream_model(
-    tg: TaskGraph, win: Window, streams: int, horizon: int, mk_floor: int, hint: Hint,
+    tg: TaskGraph, win: Window, streams: int, horizon: int, mk_floor: int, hint: Hint | None,
     cuts: bool = True,
 ) -> tuple[cp_model.CpModel, dict, dict, list, list, cp_model.IntVar]:
-    """The stream-assignment model with a complete hint: ``(model, start, x, cross, used, mk)``.
+    """The stream-assignment model with a complete hint (``None``: none):
+    ``(model, start, x, cross, used, mk)``.
 
     ``cuts``: add the fork/join cuts (they speed up proving a makespan, not the search
     for fewer cross-stream edges at a fixed one).
     """
-    hs, ht = hint
     m = cp_model.CpModel()
     start, x, intervals = _stream_intervals(m, tg, win, streams, horizon)
-    cross = _precedences(m, tg, win, start, x, hs)
+    cross = _precedences(m, tg, win, start, x, hint[0] if hint else None)
     if cuts:
         _forks_and_joins(m, tg, win, start)
     add_device(m, tg, win, intervals)
@@ -125,11 +125,13 @@ def stream_model(
             m.add_implication(lit, used[s])
     for a, b in pairwise(win.fresh):
         m.add(used[a] >= used[b])
-    for s in range(streams):
-        m.add_hint(used[s], any(hs[v] == s for v in win.tasks))
     mk = _makespan(m, tg, win, start, mk_floor, horizon)
-    m.add_hint(mk, max(ht[v] + tg.duration[v] for v in win.tasks))
-    add_hint(m, win.tasks, start, x, hs, ht)
+    if hint is not None:
+        hs, ht = hint
+        for s in range(streams):
+            m.add_hint(used[s], any(hs[v] == s for v in win.tasks))
+        m.add_hint(mk, max(ht[v] + tg.duration[v] for v in win.tasks))
+        add_hint(m, win.tasks, start, x, hs, ht)
     return m, start, x, cross, used, mk
 
 
@@ -168,7 +170,7 @@ def _links_serial(m: cp_model.CpModel, per_link: dict[int, list]) -> None:
 
 
 def _precedences(m: cp_model.CpModel, tg: TaskGraph, win: Window, start: dict, x: dict,
-                 hint_stream: Mapping[int, int]) -> list:
+                 hint_stream: Mapping[int, int] | None) -> list:
     """Edges inside the window and from placed tasks; returns the cross-stream literals."""
     inside = set(win.tasks)
     lat = tg.latency
@@ -181,7 +183,8 @@ def _precedences(m: cp_model.CpModel, tg: TaskGraph, win: Window, start: dict, x
                 m.add(start[v] >= start[u] + tg.duration[u])
                 continue
             c = m.new_bool_var(f"c{u}_{v}")
-            m.add_hint(c, hint_stream[u] != hint_stream[v])
+            if hint_stream is not None:
+                m.add_hint(c, hint_stream[u] != hint_stream[v])
             for s in x[u]:
                 m.add(c >= x[u][s] - (x[v][s] if s in x[v] else 0))
             cross.append(c)
@@ -323,35 +326,44 @@ def colour(tg: TaskGraph, win: Window, streams: int, start: Mapping[int, int]) -
 def retime(
     tg: TaskGraph, win: Window, stream: Mapping[int, int], start: Mapping[int, int]
 ) -> dict[int, int]:
-    """Earliest times for a stream assignment and launch order (by ``start``), with latency.
+    """Earliest times for a stream assignment and launch order (by ``start``), with latency,
+    each task waiting as well for the device capacity to hold its share.
 
-    Capacity is not re-checked: the caller uses it for share-free windows.
+    The capacity matters to the windows after this one: a boundary left over it (the
+    loads still running at their origin) is one no placement of theirs can satisfy.
     """
     free = dict(enumerate(win.free))  # and each link's, as its transfers are placed
+    loads = list(win.loads)
     out: dict[int, int] = {}
     for v in sorted(win.tasks, key=lambda v: (start[v], v)):
-        s = stream[v]
+        s, d, r = stream[v], tg.duration[v], tg.share[v]
         t = max(win.lo, free.get(s, win.lo))
         for e, ps in win.ext[v]:
             t = max(t, e + tg.latency_between(ps, s))
         for u in tg.preds[v]:
             if u in out:
                 t = max(t, out[u] + tg.duration[u] + tg.latency_between(stream[u], s))
+        t = earliest_start([], loads, t, d, r, tg.capacity)
         out[v] = t
-        free[s] = t + tg.duration[v]
+        free[s] = t + d
+        if r > 0 and d > 0:
+            loads.append((t, t + d, r))
     return out
 
 
 def solve_window(
-    tg: TaskGraph, win: Window, streams: int, hint: Hint, limits: SolveLimits, *,
+    tg: TaskGraph, win: Window, streams: int, hint: Hint | None, limits: SolveLimits, *,
     lower_bound: int = 0, approximate: bool = False,
 ) -> WindowResult:
     """Solve one window: makespan first, then (``limits.sync_budget > 0``) cross edges.
 
+    ``hint``: a placement that satisfies the model (:func:`feasible`), whose makespan
+    bounds the search; ``None``: none, the search bounded by :func:`serial_horizon`.
     ``approximate`` uses the machines model even with sync latency: the timeline is
     solved without latency, coloured onto streams, then re-timed with it.
     """
-    horizon = max(hint[1][v] + tg.duration[v] for v in win.tasks)
+    horizon = (max(hint[1][v] + tg.duration[v] for v in win.tasks) if hint is not None
+               else serial_horizon(tg, win))
     mk_floor = max(win.lo, lower_bound, window_bound(tg, win, streams))
     machines = tg.latency == 0 or approximate
     first = _first_solve(tg, win, streams, hint, limits, horizon, mk_floor, machines)
@@ -362,15 +374,34 @@ def solve_window(
     return _sync_solve(tg, win, streams, limits, first, mk_floor)
 
 
-def _first_solve(tg: TaskGraph, win: Window, streams: int, hint: Hint, limits: SolveLimits,
+def serial_horizon(tg: TaskGraph, win: Window) -> int:
+    """A makespan some placement of the window always meets: every task one after the
+    other, each paying the sync latency, after all the window waits for.
+
+    >>> import networkx as nx
+    >>> from autostream.scheduling.problem import SchedulingProblem
+    >>> from autostream.scheduling.solvers.cpsat.tasks import build_tasks
+    >>> from autostream.scheduling.solvers.cpsat.windows import Placed, Window
+    >>> g = nx.DiGraph([("a", "b")]); nx.set_node_attributes(g, 2.0, "duration")
+    >>> tg = build_tasks(SchedulingProblem(g, streams=2, sync_latency_us=1.0))
+    >>> serial_horizon(tg, Window.make(tg, (0, 1), Placed(), 2))
+    6
+    """
+    waits = [win.lo, *win.free, *(e for s, e, r in win.loads),
+             *(e for v in win.tasks for e, _ in win.ext[v])]
+    return max(waits) + sum(tg.duration[v] + tg.latency for v in win.tasks)
+
+
+def _first_solve(tg: TaskGraph, win: Window, streams: int, hint: Hint | None, limits: SolveLimits,
                  horizon: int, mk_floor: int, machines: bool) -> WindowResult:
     tasks = win.tasks
     x: dict = {}
     cross: list = []
     if machines:
         m, start, mk = machines_model(tg, win, streams, horizon, mk_floor)
-        add_hint(m, tasks, start, x, *hint)
-        m.add_hint(mk, horizon)
+        if hint is not None:
+            add_hint(m, tasks, start, x, *hint)
+            m.add_hint(mk, horizon)
     else:
         m, start, x, cross, _, mk = stream_model(tg, win, streams, horizon, mk_floor, hint)
     weighted = bool(cross) and limits.sync_budget <= 0
@@ -435,42 +466,75 @@ def _replace(r: WindowResult, **changes) -> WindowResult:
 
 def feasible(tg: TaskGraph, win: Window, stream: Mapping[int, int],
              start: Mapping[int, int]) -> bool:
-    """Does an integer placement of a window satisfy the model (for HEFT's hint)?"""
+    """Does an integer placement of a window satisfy the model (for a hint)?
+
+    >>> import networkx as nx
+    >>> from autostream.scheduling.problem import SchedulingProblem
+    >>> from autostream.scheduling.solvers.cpsat.tasks import build_tasks
+    >>> from autostream.scheduling.solvers.cpsat.windows import Placed, Window
+    >>> g = nx.DiGraph([("a", "b")]); nx.set_node_attributes(g, 1.0, "duration")
+    >>> tg = build_tasks(SchedulingProblem(g, streams=2))
+    >>> win = Window.make(tg, (0, 1), Placed(), 2)
+    >>> feasible(tg, win, {0: 0, 1: 0}, {0: 0, 1: 1}), feasible(tg, win, {0: 0, 1: 0}, {0: 0, 1: 0})
+    (True, False)
+    """
+    return violation(tg, win, stream, start) is None
+
+
+def violation(tg: TaskGraph, win: Window, stream: Mapping[int, int],
+              start: Mapping[int, int]) -> str | None:
+    """The first constraint of the model an integer placement of a window breaks, in
+    words (``None``: it satisfies them all).
+
+    Streams follow CP-SAT's no-overlap (:func:`.windows.clash`): a zero-duration task
+    may sit at either end of another task's interval, not strictly inside it, so one
+    may start at the window's origin on a stream still busy from earlier windows (the
+    model's busy interval starts there), as :func:`.windows.greedy_window` places it.
+    """
     inside = set(win.tasks)
     for v in win.tasks:
-        s = stream[v]
-        if start[v] < win.lo or (s >= 0 and start[v] < win.free[s]) or (s < 0) != tg.on_lane(v):
-            return False
+        s, t, d = stream[v], start[v], tg.duration[v]
+        if (s < 0) != tg.on_lane(v):
+            return f"task {v} is on {'a link' if s < 0 else 'a stream'}, not its own resource"
+        if t < win.lo:
+            return f"task {v} starts at {t}, before the window's origin {win.lo}"
+        if s >= 0 and clash(win.lo, win.free[s] - win.lo, t, d):
+            return f"task {v} starts at {t} on stream {s}, busy until {win.free[s]}"
         for u in tg.preds[v]:
-            if u in inside and start[v] < (start[u] + tg.duration[u]
-                                           + tg.latency_between(stream[u], s)):
-                return False
+            if u in inside and t < start[u] + tg.duration[u] + tg.latency_between(stream[u], s):
+                return f"task {v} starts at {t}, before its predecessor {u} allows"
         for e, ps in win.ext[v]:
-            if start[v] < e + tg.latency_between(ps, s):
-                return False
-    return _streams_free(tg, win, stream, start) and _capacity_kept(tg, win, start)
+            if t < e + tg.latency_between(ps, s):
+                return f"task {v} starts at {t}, before its placed predecessor allows ({e})"
+    return _overlap(tg, win, stream, start) or _overload(tg, win, start)
 
 
-def _streams_free(tg: TaskGraph, win: Window, stream: Mapping[int, int],
-                  start: Mapping[int, int]) -> bool:
-    by_stream: dict[int, list[tuple[int, int]]] = {}
+def _overlap(tg: TaskGraph, win: Window, stream: Mapping[int, int],
+             start: Mapping[int, int]) -> str | None:
+    """Two tasks that clash on one stream or link (:func:`.windows.clash`), in words."""
+    by_stream: dict[int, list[tuple[int, int, int]]] = {}
     for v in win.tasks:
-        by_stream.setdefault(stream[v], []).append((start[v], start[v] + tg.duration[v]))
-    for ivs in by_stream.values():
+        by_stream.setdefault(stream[v], []).append((start[v], tg.duration[v], v))
+    for s, ivs in by_stream.items():
         ivs.sort()
-        if any(a[1] > b[0] and b[1] > b[0] and a[1] > a[0] for a, b in pairwise(ivs)):
-            return False
-    return True
+        for k, (a, da, u) in enumerate(ivs):
+            for b, db, v in ivs[k + 1:]:
+                if b >= a + da:  # sorted by start: nothing later starts inside u
+                    break
+                if clash(a, da, b, db):
+                    return f"tasks {u} and {v} overlap on stream {s}"
+    return None
 
 
-def _capacity_kept(tg: TaskGraph, win: Window, start: Mapping[int, int]) -> bool:
+def _overload(tg: TaskGraph, win: Window, start: Mapping[int, int]) -> str | None:
+    """The first time the device shares exceed the capacity, in words."""
     events = [(s, r) for s, e, r in win.loads] + [(e, -r) for s, e, r in win.loads]
     for v in win.tasks:
         if tg.share[v] > 0 and tg.duration[v] > 0:
             events += [(start[v], tg.share[v]), (start[v] + tg.duration[v], -tg.share[v])]
     load = 0
-    for _, r in sorted(events, key=lambda e: (e[0], e[1])):
+    for t, r in sorted(events, key=lambda e: (e[0], e[1])):
         load += r
         if load > tg.capacity:
-            return False
-    return True
+            return f"the device is over its capacity at {t} ({load} > {tg.capacity})"
+    return None

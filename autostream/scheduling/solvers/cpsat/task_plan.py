@@ -11,6 +11,7 @@ window whose tasks and boundary equal an earlier one's reuses its solution
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -23,11 +24,12 @@ from autostream.scheduling.schedule import Schedule
 from autostream.scheduling.solvers import heft
 from autostream.scheduling.solvers.cpsat.clock import DET_PER_SECOND
 from autostream.scheduling.solvers.cpsat.model import (
+    Hint,
     SolveLimits,
     WindowResult,
-    feasible,
     retime,
     solve_window,
+    violation,
 )
 from autostream.scheduling.solvers.cpsat.options import CpsatOptions
 from autostream.scheduling.solvers.cpsat.tasks import SHARE_UNITS, TaskGraph
@@ -38,6 +40,8 @@ from autostream.scheduling.solvers.cpsat.windows import (
     greedy_window,
     upward_rank,
 )
+
+log = logging.getLogger("autostream")
 
 #: the least budget a window of a many-window plan gets (s): later windows are often
 #: reuses, so an early one may take more than its share
@@ -121,7 +125,8 @@ def plan_tasks(
             left = budget - progress.det / DET_PER_SECOND
             # a quarter of what is left at least: later windows are often reuses
             share = left if single else max(MIN_WINDOW_S, left * len(tasks) / remaining, left / 4)
-            hint = _hint(tg, win, streams, rank, warm if single else None)
+            greedy = greedy_window(tg, win, streams, rank)
+            hint = _hint(tg, win, streams, greedy, warm if single else None)
             limits = SolveLimits(
                 share * (1 - opts.sync_share) if single else share, opts.seed, opts.workers,
                 deadline - time.perf_counter(),
@@ -130,11 +135,14 @@ def plan_tasks(
                                lower_bound=lower_bound if single else 0,
                                approximate=approximate or (not single and not tg.contended))
             progress.add(res)
-            better = res.stream and _mk(tg, res.start) <= _mk(tg, hint[1])
+            better = res.stream and (hint is None or _mk(tg, res.start) <= _mk(tg, hint[1]))
             if single and res.stream:
                 progress.bound = res.bound
                 progress.unsynced = res.unsynced if better else None
-            memo[key] = _relative(tasks, *((res.stream, res.start) if better else hint), win.lo)
+            # without a hint and a solution, greedy's plan: a launch order all the same,
+            # which the simulator re-times
+            memo[key] = _relative(tasks, *((res.stream, res.start) if better else hint or greedy),
+                                  win.lo)
         rel_stream, rel_start = memo[key]
         for i, v in enumerate(tasks):
             placed.put(v, rel_stream[i], rel_start[i] + win.lo, tg.duration[v])
@@ -144,16 +152,24 @@ def plan_tasks(
                     round(progress.det, 4), not progress.hit_wall, progress.unsynced)
 
 
-def _hint(tg: TaskGraph, win: Window, streams: int, rank: list[float],
-          warm: Schedule | None) -> tuple[dict[int, int], dict[int, int]]:
-    """The fastest feasible of: the window's greedy plan and, for a one-window plan,
-    HEFT's plan of the task graph and ``warm`` re-timed in the model."""
-    hints = [greedy_window(tg, win, streams, rank)]
+def _hint(tg: TaskGraph, win: Window, streams: int, greedy: Hint,
+          warm: Schedule | None) -> Hint | None:
+    """The fastest of the candidates that satisfy the model: the window's ``greedy`` plan
+    and, for a one-window plan, HEFT's plan of the task graph and ``warm`` re-timed in
+    the model; ``None`` (the window solved without a hint) when none does, which
+    :func:`.windows.greedy_window` should rule out: the debug log says why."""
+    hints = {"greedy": greedy}
     if len(win.tasks) == len(tg):
-        hints.append(heft_hint(tg, streams))
+        hints["heft"] = heft_hint(tg, streams)
         if warm is not None:
-            hints.append(_retimed(tg, win, warm))
-    ok = [h for h in hints if feasible(tg, win, *h)]
+            hints["warm"] = _retimed(tg, win, warm)
+    broken = {name: violation(tg, win, *h) for name, h in hints.items()}
+    ok = [h for name, h in hints.items() if broken[name] is None]
+    if not ok:
+        log.debug("cpsat: a window of %d tasks solved without a hint: no candidate satisfies "
+                  "the model (%s)", len(win.tasks),
+                  "; ".join(f"{name}: {why}" for name, why in broken.items()))
+        return None
     return min(ok, key=lambda h: _mk(tg, h[1]))
 
 

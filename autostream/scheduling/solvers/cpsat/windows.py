@@ -113,12 +113,14 @@ def _fits(loads: list[tuple[int, int, int]], t: int, d: int, share: int, capacit
 def greedy_window(
     tg: TaskGraph, win: Window, streams: int, rank: list[float]
 ) -> tuple[dict[int, int], dict[int, int]]:
-    """HEFT on a window (upward rank, earliest finish, gap insertion), capacity-feasible.
+    """HEFT on a window (upward rank, earliest finish, gap insertion): a placement the
+    window's CP-SAT model accepts (``model.feasible``), whatever the window.
 
     Returns ``(stream, start)``.  Tasks go by decreasing upward rank (ties: task
     id, so predecessors first), each to the allowed stream where it finishes
-    earliest, in the earliest idle gap of that stream that fits; a transfer to the
-    earliest gap of its link.
+    earliest, in the earliest idle gap of that stream that fits (no :func:`clash`
+    with what the stream holds, including zero-duration tasks placed before); a
+    transfer to the earliest gap of its link.
     """
     pos = {v: i for i, v in enumerate(win.tasks)}
     allowed = win.allowed_streams(streams)
@@ -138,7 +140,7 @@ def greedy_window(
                 if p in stream:
                     ready = max(ready, start[p] + tg.duration[p]
                                 + tg.latency_between(stream[p], s))
-            t = _earliest(busy.setdefault(s, []), loads, ready, d, r, tg.capacity)
+            t = earliest_start(busy.setdefault(s, []), loads, ready, d, r, tg.capacity)
             if best is None or t + d < best[0]:
                 best = (t + d, s, t)
         assert best is not None
@@ -151,22 +153,44 @@ def greedy_window(
     return stream, start
 
 
-def _earliest(
+def earliest_start(
     busy: list[tuple[int, int]], loads: list[tuple[int, int, int]],
     ready: int, d: int, share: int, capacity: int,
 ) -> int:
-    """Earliest ``t >= ready`` with ``[t, t + d)`` idle on the stream and the capacity free."""
+    """Earliest ``t >= ready`` with ``[t, t + d)`` idle on the stream (``busy``: its
+    intervals, ``(start, end)``) and ``share`` fitting in ``capacity`` beside ``loads``
+    (``(start, end, share)``).
+
+    >>> earliest_start([(0, 4)], [], 1, 2, 0, 10), earliest_start([], [(0, 5, 7)], 1, 2, 4, 10)
+    (4, 5)
+    """
     candidates = sorted(
         {ready} | {e for _, e in busy if e > ready} | {e for _, e, _ in loads if e > ready}
     )
     for t in candidates:
-        if any(s < t + d and e > t for s, e in busy if e > s) or (
-            d == 0 and any(s < t < e for s, e in busy)
-        ):
+        if any(clash(s, e - s, t, d) for s, e in busy):
             continue
         if _fits(loads, t, d, share, capacity):
             return t
     raise AssertionError("unreachable: after every busy interval the stream is idle")
+
+
+def clash(a: int, da: int, b: int, db: int) -> bool:
+    """Do intervals ``[a, a + da)`` and ``[b, b + db)`` overlap as CP-SAT's no-overlap reads
+    them?  A zero-length interval clashes only strictly inside a longer one: it may sit at
+    either end.
+
+    >>> clash(0, 10, 5, 0), clash(0, 10, 0, 0), clash(0, 10, 10, 0), clash(3, 0, 3, 0)
+    (True, False, False, False)
+    >>> clash(0, 10, 9, 5), clash(0, 10, 10, 5)
+    (True, False)
+    """
+    if da == 0 and db == 0:
+        return False
+    if da == 0 or db == 0:
+        point, s, d = (a, b, db) if da == 0 else (b, a, da)
+        return s < point < s + d
+    return a < b + db and b < a + da
 
 
 def upward_rank(tg: TaskGraph, streams: int) -> list[float]:
