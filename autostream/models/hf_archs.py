@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from autostream.models.hf_zoo import _transformers
+from autostream.models.seeding import own_rng
 
 __all__ = ["HF_ARCHS", "available", "bloom", "dbrx", "deepseek_v2", "detr", "falcon", "gemma3",
            "jamba", "jetmoe", "mamba2", "nllb_moe", "phimoe", "qwen3_5_moe", "qwen3_next",
@@ -79,6 +80,7 @@ class _Detection(nn.Module):
         return out.logits, out.pred_boxes
 
 
+@own_rng
 def _build(config_name: str, model_name: str, layers: int, seed: int,
            attention: str | None = "sdpa", **config: Any) -> nn.Module:
     """``model_name(config_name(**config))`` in eval mode, seeded; ``attention``: the

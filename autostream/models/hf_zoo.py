@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from autostream.models.seeding import own_rng
+
 __all__ = ["CACHE_MODES", "HF_ZOO", "available", "bert", "bert_32", "gpt_oss", "gpt_oss_32",
            "granite_moe", "granite_moe_32", "llama", "llama_32", "olmoe", "olmoe_32", "qwen3_moe",
            "qwen3_moe_32"]
@@ -102,6 +104,7 @@ def _cache_kwarg(model: nn.Module, cache: Any) -> dict[str, Any]:
     return {"cache" if "cache" in params else "past_key_values": cache}
 
 
+@own_rng
 def _decoder(config_name: str, model_name: str, layers: int, cache: str, seed: int,
              attention: str = "sdpa", **config: Any) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     if cache not in CACHE_MODES:
@@ -165,6 +168,7 @@ class _Encoder(nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
+@own_rng
 def bert(cache: str = "none", layers: int = 2, seed: int = 0):
     """A BERT encoder with a padding mask (its masked attention graph); no cache."""
     if cache != "none":

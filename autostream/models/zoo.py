@@ -18,6 +18,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from autostream.models.seeding import own_rng
+
 __all__ = [
     "ZOO",
     "article_model",
@@ -48,6 +50,7 @@ class ArticleModel(nn.Module):
         return add, sub
 
 
+@own_rng
 def article_model(n: int = 64) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """The article's worked example with an ``n x n`` input."""
     _seeded(0)
@@ -89,6 +92,7 @@ class MoELayer(nn.Module):
         return self.shared(x) + routed
 
 
+@own_rng
 def moe_model(
     tokens: int = 8, hidden: int = 256, inner: int = 256, experts: int = 4, top_k: int = 2
 ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -132,6 +136,7 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
+@own_rng
 def decoder_layer(
     batch: int = 1, tokens: int = 16, hidden: int = 256, heads: int = 4, inner: int = 512
 ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -155,6 +160,7 @@ class InceptionBlock(nn.Module):
         return torch.relu(torch.cat(branches, dim=1))
 
 
+@own_rng
 def inception_block(
     batch: int = 1, channels: int = 64, size: int = 14
 ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -179,6 +185,7 @@ class MultiHeadBlock(nn.Module):
         return tuple(head(x) for head in self.heads)
 
 
+@own_rng
 def multihead_block(
     tokens: int = 4, hidden: int = 512, out: int = 128, heads: int = 4, depth: int = 2
 ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -223,6 +230,7 @@ class ParallelBlock(nn.Module):
         return x + attention + self.mlp(y)
 
 
+@own_rng
 def parallel_block(
     tokens: int = 384, hidden: int = 256, heads: int = 4, inner: int = 512
 ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -248,6 +256,7 @@ class TwoBranchGemv(nn.Module):
         return x, y
 
 
+@own_rng
 def two_branch_gemv(
     rows: int = 16, width: int = 1024, depth: int = 4
 ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -296,6 +305,7 @@ class RandomDag(nn.Module):
         return torch.stack(sinks).sum(0) if sinks else values[-1]
 
 
+@own_rng
 def random_dag_model(
     seed: int = 0, ops: int = 12, width: int = 64, rows: int = 8
 ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -327,6 +337,7 @@ class RunningStats(nn.Module):
         return before, normed, after
 
 
+@own_rng
 def running_stats_model(rows: int = 16, width: int = 512) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """Two branches around a functional batch norm writing buffers they read (not in ``ZOO``:
     each call changes the model)."""

@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from autostream.models.seeding import own_rng
+
 
 class BatchNormTrain(nn.Module):
     """A batch norm in train mode (it updates its running statistics) beside a branch that
@@ -61,6 +63,7 @@ class MLP(nn.Module):
         return self.left(x) + self.right(x)
 
 
+@own_rng
 def batchnorm_train_model(rows: int = 32, width: int = 256
                           ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """A train-mode batch norm whose running mean a branch reads."""
@@ -68,6 +71,7 @@ def batchnorm_train_model(rows: int = 32, width: int = 256
     return BatchNormTrain(width).train(), (torch.randn(rows, width),)
 
 
+@own_rng
 def buffer_update_model(rows: int = 32, width: int = 256
                         ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """A module reading and updating its own buffer."""
@@ -77,6 +81,7 @@ def buffer_update_model(rows: int = 32, width: int = 256
     return model, (torch.randn(rows, width),)
 
 
+@own_rng
 def mlp_model(rows: int = 64, width: int = 256, hidden: int = 512
               ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """Two MLP towers, for a training step (forward and backward graphs)."""
@@ -148,6 +153,7 @@ class TokenDispatchMoE(nn.Module):
         return self.shared(x) + routed
 
 
+@own_rng
 def slice_kv_cache_model(tokens: int = 16, width: int = 128, max_len: int = 64
                          ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """Attention over a KV cache written by slice assignment (``tokens`` rows)."""
@@ -155,6 +161,7 @@ def slice_kv_cache_model(tokens: int = 16, width: int = 128, max_len: int = 64
     return SliceKVCache(width, max_len), (torch.randn(tokens, width),)
 
 
+@own_rng
 def static_cache_decode_model(tokens: int = 4, width: int = 128, max_len: int = 64
                               ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """``tokens`` new tokens written into a static KV cache at positions 8, 9, ..."""
@@ -163,6 +170,7 @@ def static_cache_decode_model(tokens: int = 4, width: int = 128, max_len: int = 
                                                torch.arange(8, 8 + tokens))
 
 
+@own_rng
 def token_dispatch_moe_model(tokens: int = 32, width: int = 128, experts: int = 4
                              ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """A token-dispatch MoE (``index_select`` / ``index_add_``) with a shared expert."""
