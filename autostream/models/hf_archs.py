@@ -140,26 +140,29 @@ def deepseek_v2(layers: int = 2, seed: int = 0) -> Model:
                    v_head_dim=16, n_group=1, topk_group=1)
 
 
-def qwen3_next(layers: int = 2, seed: int = 0) -> Model:
-    """A Qwen3-Next decoder: gated delta-net linear attention beside full attention,
-    4 experts (top-2) and a shared expert."""
+def _linear_and_full_attention(config_name: str, model_name: str, layers: int,
+                               seed: int) -> Model:
+    """A decoder alternating gated delta-net linear attention and full attention layers,
+    with 4 experts (top-2) and a shared expert (Qwen3-Next's design)."""
     kinds = ["linear_attention", "full_attention"]
-    return _causal("Qwen3NextConfig", "Qwen3NextForCausalLM", layers, seed, head_dim=16,
+    return _causal(config_name, model_name, layers, seed, head_dim=16,
                    layer_types=[kinds[i % 2] for i in range(layers)], num_experts=4,
                    num_experts_per_tok=2, moe_intermediate_size=32,
                    shared_expert_intermediate_size=32, linear_num_key_heads=2,
                    linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16)
+
+
+def qwen3_next(layers: int = 2, seed: int = 0) -> Model:
+    """A Qwen3-Next decoder: gated delta-net linear attention beside full attention,
+    4 experts (top-2) and a shared expert."""
+    return _linear_and_full_attention("Qwen3NextConfig", "Qwen3NextForCausalLM", layers, seed)
 
 
 def qwen3_5_moe(layers: int = 2, seed: int = 0) -> Model:
     """A Qwen3.5-MoE text decoder: linear and full attention layers, 4 experts (top-2)
     and a shared expert."""
-    kinds = ["linear_attention", "full_attention"]
-    return _causal("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", layers, seed, head_dim=16,
-                   layer_types=[kinds[i % 2] for i in range(layers)], num_experts=4,
-                   num_experts_per_tok=2, moe_intermediate_size=32,
-                   shared_expert_intermediate_size=32, linear_num_key_heads=2,
-                   linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16)
+    return _linear_and_full_attention("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM",
+                                      layers, seed)
 
 
 def mamba2(layers: int = 2, seed: int = 0) -> Model:
