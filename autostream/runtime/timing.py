@@ -3,9 +3,9 @@
 Every variant is called in turn, round by round; each timed call follows untimed calls of
 the same variant for at least ``settle_s`` (at least one), so no variant is timed while the
 previous variant's OpenMP threads still spin (several ms after a 2-thread call:
-``autostream.runtime.choice``).  The figure of a variant is its median over the rounds.  Every output that prints such
-figures names the machine and its load while they were timed (``runtime.machine``), and
-marks them unreliable when it was busy.
+``autostream.runtime.choice``).  The figure of a variant is its median over the rounds.
+Every output that prints such figures names the machine and its load while they were
+timed (``runtime.machine``), and marks them unreliable when it was busy.
 """
 
 from __future__ import annotations
