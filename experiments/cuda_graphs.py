@@ -184,9 +184,9 @@ def run_case(case: Case, device: torch.device, table: Any, streams: int, rounds:
         auto = _compile(model, auto_backend)
         first = _outputs(graph1(*inputs))
         ours = _outputs(planned(*inputs))
-        row.bitwise = all(torch.equal(a, b) for a, b in zip(ours, first, strict=True))
-        row.outputs_equal = (f"{sum(torch.equal(a, b) for a, b in zip(ours, first, strict=True))}"
-                             f" of {len(first)} outputs bitwise equal")
+        equal = [torch.equal(a, b) for a, b in zip(ours, first, strict=True)]
+        row.bitwise = all(equal)
+        row.outputs_equal = f"{sum(equal)} of {len(first)} outputs bitwise equal"
         for _ in range(2 * MEASURE * 3 + 4):  # until the measured choice has decided
             auto(*inputs)
         report = plan_backend.last_report
@@ -285,15 +285,19 @@ def headlines(rows: Sequence[Row], machine: str, calibration_s: float | None = N
     return out
 
 
+def _device_name(device: torch.device) -> str:
+    """The GPU's name, or the device type off a GPU."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
 def gpu_name(device: torch.device) -> str:
     """The device and torch, as a headline row names its machine."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    return f"{name}, torch {torch.__version__}"
+    return f"{_device_name(device)}, torch {torch.__version__}"
 
 
 def machine_slug(device: torch.device) -> str:
     """``h200`` for an NVIDIA H200, else the device name in lower-case words."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    name = _device_name(device)
     m = re.search(r"\b([A-Z]\d{2,4}[A-Za-z]*)\b", name)
     return (m.group(1) if m else re.sub(r"[^a-z0-9]+", "-", name.lower())).lower().strip("-")
 
@@ -355,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     started = time.perf_counter()
     selected = cases(args.scale, args.models)
-    say(f"torch {torch.__version__} on {torch.cuda.get_device_name(device) if device.type == 'cuda' else device}; "
+    say(f"torch {torch.__version__} on {_device_name(device)}; "
         f"{len(selected)} cases, up to {args.streams} streams, {args.rounds} interleaved rounds "
         f"of {args.runs} timed calls per variant")
     torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)

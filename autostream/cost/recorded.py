@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from autostream.cost.calibrate import op_keys
+from autostream.cost.calibrate import _first_line, op_keys
 from autostream.cost.incontext import own_inputs
 
 __all__ = ["recorded_inputs"]
@@ -82,8 +82,6 @@ def recorded_inputs(graphs: Sequence[torch.fx.GraphModule],
             with torch.no_grad():
                 _Recorder(gm, wanted, found).run(*own_inputs(gm, real, device))
         except Exception as exc:  # noqa: BLE001 - e.g. a graph that needs its own runtime
-            first = str(exc).strip().splitlines()
             notes.append(f"graph {gi} could not run on its real arguments "
-                         f"({type(exc).__name__}: {first[0][:200] if first else ''}); "
-                         "its ops run on random inputs")
+                         f"({_first_line(exc)}); its ops run on random inputs")
     return found, notes

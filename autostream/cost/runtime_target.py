@@ -72,6 +72,8 @@ class RuntimeCostModel:
         self.runtime = runtime
         profile = base.profile
         self._device = runtime in DEVICE_RUNTIMES and profile.kind != "cpu"
+        #: a replayed device graph: its own sync and call costs, no interpreter's
+        self._graph = self._device and runtime == "graph"
         given = getattr(profile, "graph_kernel_us", 0.0)
         self.kernel_gap_us = given if given > 0 else DEFAULT_KERNEL_GAP_US
 
@@ -97,7 +99,7 @@ class RuntimeCostModel:
 
     @property
     def sync_latency_us(self) -> float:
-        if self.runtime == "graph" and self._device:
+        if self._graph:
             given = getattr(self.base.profile, "graph_sync_us", 0.0)
             return given if given > 0 else DEFAULT_SYNC_GAPS * self.kernel_gap_us
         return self.base.sync_latency_us
@@ -112,22 +114,21 @@ class RuntimeCostModel:
     @property
     def call_fixed_us(self) -> float:
         """What every variant pays per call, one stream included (a graph's launch)."""
-        if self.runtime == "graph" and self._device:
+        if self._graph:
             return getattr(self.base.profile, "graph_call_us", 0.0)
         return 0.0
 
     @property
     def runtime_op_us(self) -> float:
-        return 0.0 if self.runtime == "graph" and self._device else self.base.runtime_op_us
+        return 0.0 if self._graph else self.base.runtime_op_us
 
     @property
     def runtime_call_us(self) -> float:
-        return 0.0 if self.runtime == "graph" and self._device else self.base.runtime_call_us
+        return 0.0 if self._graph else self.base.runtime_call_us
 
     @property
     def runtime_segment_us(self) -> float:
-        return (0.0 if self.runtime == "graph" and self._device
-                else self.base.runtime_segment_us)
+        return 0.0 if self._graph else self.base.runtime_segment_us
 
     def describe(self) -> str:
         return f"{self.base.describe()}; costed for the {runtime_label(self)} runtime"

@@ -96,6 +96,11 @@ class MoESizes:
     routed_scale: float = 1.0
 
 
+def _check_positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 def _aligned(n: int, scale: int) -> int:
     return max(ALIGN, math.ceil(n / scale / ALIGN) * ALIGN)
 
@@ -106,8 +111,7 @@ def sizes_of(config: MoEShape, routing: str, scale: int = 1, routed_scale: float
     >>> sizes_of(DEEPSEEK_V3_SHAPE, "sigmoid", scale=8)
     MoESizes(hidden=896, inter=256, experts=32, top_k=8, shared_inter=256, routing='sigmoid', routed_scale=1.0)
     """
-    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
-        raise ValueError(f"scale must be a positive integer, got {scale!r}")
+    _check_positive_int("scale", scale)
     if routing not in ROUTINGS:
         raise ValueError(f"routing {routing!r} is unknown; expected one of {', '.join(ROUTINGS)}")
     return MoESizes(hidden=_aligned(config.hidden, scale), inter=_aligned(config.moe_inter, scale),
@@ -189,8 +193,7 @@ def decode_inputs(model: MoEDecodeLayer, tokens: int, seed: int = 0) -> tuple[to
     >>> decode_inputs(model, 64)[0].shape
     torch.Size([64, 256])
     """
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ValueError(f"tokens must be a positive integer, got {tokens!r}")
+    _check_positive_int("tokens", tokens)
     w = model.gate
     gen = torch.Generator(device=w.device).manual_seed(seed + 1)
     x = torch.empty(tokens, model.sizes.hidden, device=w.device, dtype=w.dtype)
@@ -200,8 +203,7 @@ def decode_inputs(model: MoEDecodeLayer, tokens: int, seed: int = 0) -> tuple[to
 def _spec(config: MoEShape, routing: str, routed_scale: float, tokens: int, scale: int,
           device: str | torch.device, dtype: torch.dtype, seed: int
           ) -> tuple[MoEDecodeLayer, tuple[torch.Tensor]]:
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ValueError(f"tokens must be a positive integer, got {tokens!r}")
+    _check_positive_int("tokens", tokens)  # before the weights are built, not after
     sizes = sizes_of(config, routing, scale, routed_scale)
     model = MoEDecodeLayer(sizes, device, dtype, seed).eval()
     return model, decode_inputs(model, tokens, seed)
