@@ -52,7 +52,7 @@ ROTATED = tuple((None, t, n) for t in TABLES for n in STREAMS) + tuple(
 #: graphs below this many nodes are not planned (a Dynamo graph split off at a break)
 MIN_NODES = 8
 HINTLESS = re.compile(r"solved without a hint")
-#: what a kept single stream may give as its reason (``planning/plan.py``, ``memory/fit.py``)
+#: what a kept single stream may give as its reason (``planning/plan.py``, ``planning/fit.py``)
 FALLBACKS = {
     "not faster": re.compile(r"is not faster than one stream"),
     "memory budget": re.compile(r"no repair fits the budget"),
