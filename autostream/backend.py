@@ -158,9 +158,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             costs = RuntimeCosts.of(for_runtime(
                 stream_pass.cost_model_for(graph_device(gm.graph, example_inputs)),
                 current["kind"]))
-            lifted = lift_plan(gm, plan, costs.op_us, costs.call_us, costs.segment_us,
-                               mutated_inputs=aot_mutated_inputs(gm), issue_us=costs.issue_us,
-                               fixed_us=costs.fixed_us)
+            lifted = lift_plan(gm, plan, costs, mutated_inputs=aot_mutated_inputs(gm))
         except (LiftError, EffectsUnknown) as exc:
             why = exc if isinstance(exc, LiftError) else LiftError(str(exc))
             lifts.append(why)  # told in the backend's report

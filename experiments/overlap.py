@@ -40,6 +40,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
+from autostream.cost.runtime_target import RuntimeCosts
 from autostream.fx.capture import capture
 from autostream.planning.lift import lift_plan
 from autostream.planning.plan import PlanOptions, load_cost_model, plan_graph
@@ -154,8 +155,8 @@ def measure_model(name: str, factory, args: argparse.Namespace) -> Row:
             row.note = "planner kept one stream"
             return row
         try:
-            lifted = lift_plan(dyn, plan, costs.runtime_op_us, costs.runtime_call_us,
-                               costs.runtime_segment_us)
+            lifted = lift_plan(dyn, plan, RuntimeCosts(costs.runtime_op_us, costs.runtime_call_us,
+                                                       costs.runtime_segment_us))
         except Exception as exc:  # noqa: BLE001 - reported, not fatal
             row.note = f"not lifted: {exc}"
             return row

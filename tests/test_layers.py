@@ -191,9 +191,9 @@ LAYERS = ("version", "stages", "comm", "fx", "cost", "scheduling", "memory", "di
 
 
 def unit(module: str) -> str:
-    """``autostream.comm.ops`` -> ``comm``; the package itself -> ``autostream``."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else parts[0]
+    """``autostream.comm.ops`` -> ``comm`` (no module a layer of its own); the package
+    itself -> ``autostream``."""
+    return unit_of(module, set())
 
 
 def upward(imports: list[Import]) -> list[Import]:
@@ -203,9 +203,7 @@ def upward(imports: list[Import]) -> list[Import]:
 
 
 def unit_cycles(imports: list[Import]) -> list[list[str]]:
-    g = nx.DiGraph((unit(i.module), unit(i.target)) for i in imports
-                   if unit(i.module) != unit(i.target))
-    return list(nx.simple_cycles(g))
+    return list(nx.simple_cycles(unit_graph(imports, set())))
 
 
 def test_every_unit_has_a_layer():

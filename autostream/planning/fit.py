@@ -66,7 +66,6 @@ PEAK_CANDIDATES = 16
 FALLBACK_SOLVERS = ("heft", "critical_path", "tf_greedy", "opara", "round_robin")
 
 
-
 @dataclass(frozen=True)
 class PlanMemory:
     """The memory figures a plan carries (bytes)."""
@@ -93,8 +92,6 @@ class PlanMemory:
         """The peak's rise above one stream's, as a fraction."""
         base = self.single_stream_peak_bytes
         return self.peak_bytes / base - 1.0 if base > 0 else 0.0
-
-
 
 
 def fit_plan(inputs: FitInputs, candidate: Candidate, single: Candidate, limit: int | None,
@@ -309,8 +306,6 @@ def _release_edges(peak: Sequence[str], lives: Mapping[str, StorageLife], memory
 
 def _freer(life) -> str | None:
     return life.freed_after or life.freed_before
-
-
 
 
 def _with_problem_edges(problem: SchedulingProblem, edges: Sequence[Edge]) -> SchedulingProblem:

@@ -33,6 +33,7 @@ import networkx as nx
 import torch
 import torch.fx
 
+from autostream.cost.runtime_target import RuntimeCosts
 from autostream.dialects.rewrite import rewrite_graph
 from autostream.dialects.verify import verify_rewrite
 from autostream.fx.call_effects import (
@@ -55,6 +56,9 @@ from autostream.scheduling.schedule import Schedule, Sync
 from autostream.scheduling.simulate import simulate_plan
 from autostream.scheduling.sync import compute_syncs
 from autostream.scheduling.transfers import add_transfers
+
+#: ``lift_plan``'s default: a runtime without host costs
+NO_COSTS = RuntimeCosts()
 
 
 class LiftError(ValueError):
@@ -171,19 +175,16 @@ def _aten_groups(plan: Plan, dynamo: torch.fx.GraphModule) -> dict[str, list[str
     return groups
 
 
-def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0.0,
-              runtime_call_us: float = 0.0, runtime_segment_us: float = 0.0,
-              mutated_inputs: frozenset[str] | None = None, issue_us: float = 0.0,
-              fixed_us: float = 0.0) -> LiftedPlan:
+def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, costs: RuntimeCosts = NO_COSTS,
+              mutated_inputs: frozenset[str] | None = None) -> LiftedPlan:
     """Carry ``plan`` (made on the ATen graph AOTAutograd traced from ``dynamo``) to ``dynamo``.
 
     Returns a rewritten copy of ``dynamo`` (``dynamo`` itself is not changed), or
     raises :class:`LiftError`.  Costs of a Dynamo node are the sums of its ATen ops'
-    (single-stream and split); ``runtime_op_us``, ``runtime_call_us`` and
-    ``runtime_segment_us`` are the runtime's host costs per node, per call and per
-    segment (``autostream.scheduling.simulate.segment_leaders``); ``issue_us`` and ``fixed_us``
-    what every variant pays per op issued from one host thread and per call
-    (``cost.runtime_target.RuntimeCosts``).  ``mutated_inputs``: the
+    (single-stream and split); ``costs`` are the runtime's host costs
+    (:class:`autostream.cost.runtime_target.RuntimeCosts`: per node, per call and per
+    segment, ``autostream.scheduling.simulate.segment_leaders``, and what every variant
+    pays per op issued from one host thread and per call).  ``mutated_inputs``: the
     placeholders AOTAutograd found mutated (``call_effects.aot_mutated_inputs``), each
     of which some call must be seen writing.
 
@@ -228,12 +229,12 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
     schedule = Schedule(f"{plan.schedule.solver}+lifted", stream_of, order, {}, {}, 0.0, 0.0)
     syncs = tuple(compute_syncs(deps, schedule))
     timeline = simulate_plan(problem, schedule, syncs,
-                             launch_overhead_us=issue_us + runtime_op_us,
-                             segment_overhead_us=runtime_segment_us)
+                             launch_overhead_us=costs.issue_us + costs.op_us,
+                             segment_overhead_us=costs.segment_us)
     schedule = Schedule(schedule.solver, stream_of, order, timeline.start, timeline.end,
                         timeline.makespan, plan.schedule.lower_bound)
     _check_memory(dynamo, deps, plan, schedule, syncs, timeline)
-    predicted_us = timeline.makespan + runtime_call_us + fixed_us
+    predicted_us = timeline.makespan + costs.call_us + costs.fixed_us
     gm = _copy_module(dynamo)
     for node in gm.graph.nodes:
         if node.name in effects.calls:
@@ -241,8 +242,8 @@ def lift_plan(dynamo: torch.fx.GraphModule, plan: Plan, runtime_op_us: float = 0
     rewrite_graph(gm, schedule, syncs)
     verify_rewrite(gm, op_graph).raise_if_failed()
     # with collectives, one stream also waits for the transfers: the ATen plan's baseline
-    single = (plan.single_stream_us if plan.transfers or issue_us > 0
-              else sum(single_us[a] for m in groups.values() for a in m) + fixed_us)
+    single = (plan.single_stream_us if plan.transfers or costs.issue_us > 0
+              else sum(single_us[a] for m in groups.values() for a in m) + costs.fixed_us)
     return LiftedPlan(gm=gm, op_graph=op_graph, schedule=schedule, syncs=syncs, problem=problem,
                       single_stream_us=single,
                       predicted_us=predicted_us,
