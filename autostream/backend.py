@@ -27,7 +27,7 @@ from autostream.report.summary import outcome_text, plan_lines
 from autostream.runtime.baseline import baseline_text, eager_candidates, fastest_single
 from autostream.runtime.capturable import capture_refusal
 from autostream.runtime.choice import MeasuredChoice
-from autostream.runtime.graphed import OUTPUT_POLICIES
+from autostream.runtime.graphed import check_output_policy
 from autostream.runtime.machine import read as read_machine
 from autostream.runtime.sanitizer import SanitizerConfig
 from autostream.runtime.select import (
@@ -120,10 +120,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     torch.Size([2, 4])
     """
     _check_options(runtime, sanitize, measure, fallback, deterministic, options)
-    if graph_outputs not in OUTPUT_POLICIES:
-        raise ValueError(f"graph_outputs must be one of {', '.join(OUTPUT_POLICIES)}, got "
-                         f"{graph_outputs!r}: 'fresh' returns new tensors each call, "
-                         f"'reused' the graph's own (overwritten by the next call)")
+    check_output_policy(graph_outputs, "graph_outputs")
     stream_pass = AutoStreamPass(**options)
     choices: deque[MeasuredChoice] = deque(maxlen=stream_pass.history)
     lifts: deque[LiftedPlan | LiftError] = deque(maxlen=stream_pass.history)

@@ -60,16 +60,27 @@ from autostream.runtime.streams import (
     input_device,
 )
 
-__all__ = ["OUTPUT_POLICIES", "GraphRunner"]
+__all__ = ["OUTPUT_POLICIES", "GraphRunner", "check_output_policy"]
 
 log = logging.getLogger("autostream")
 
 #: what a call returns: new tensors, or the graph's own (overwritten by the next replay)
 OUTPUT_POLICIES = ("fresh", "reused")
+
 #: input shapes captured at most per runner (more run uncaptured)
 MAX_GRAPHS = 8
 #: uncaptured runs before capture (lazy initialisation: cuBLAS handles, workspaces)
 WARMUP = 3
+
+
+def check_output_policy(outputs: str, name: str = "outputs") -> str:
+    """``outputs`` if it is one of :data:`OUTPUT_POLICIES`, else a ``ValueError`` naming
+    the option ``name`` and what each policy does."""
+    if outputs not in OUTPUT_POLICIES:
+        raise ValueError(f"{name} must be one of {', '.join(OUTPUT_POLICIES)}, got "
+                         f"{outputs!r}: 'fresh' returns new tensors each call, 'reused' "
+                         f"the graph's own (overwritten by the next call)")
+    return outputs
 
 
 class _CaptureCall(DeviceCall):
@@ -164,10 +175,7 @@ class GraphRunner:
                  stream_api: Callable[[torch.device], StreamAPI] = TorchStreamAPI,
                  outputs: str = "fresh", max_graphs: int = MAX_GRAPHS, warmup: int = WARMUP,
                  record_memory: bool = False):
-        if outputs not in OUTPUT_POLICIES:
-            raise ValueError(f"outputs must be one of {', '.join(OUTPUT_POLICIES)}, got "
-                             f"{outputs!r}: 'fresh' returns new tensors each call, 'reused' "
-                             f"the graph's own (overwritten by the next call)")
+        check_output_policy(outputs)
         if isinstance(max_graphs, bool) or not isinstance(max_graphs, int) or max_graphs < 1:
             raise ValueError(f"max_graphs must be an integer >= 1, got {max_graphs!r}")
         self.gm = gm
