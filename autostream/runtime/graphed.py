@@ -255,12 +255,10 @@ class GraphRunner:
         return self.fallback(*inputs)
 
     @staticmethod
-    def _autograd(flat: list[Any]) -> str | None:
-        if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
-                                           for x in flat):
-            return ("an input requires grad with grad enabled: a captured graph records no "
-                    "autograd; call under torch.no_grad()")
-        return None
+    def _autograd(flat: list[Any]) -> bool:
+        """Whether autograd would record this call (a captured graph records none)."""
+        return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                               for x in flat)
 
     def describe(self) -> str:
         """What the runner did, in words."""
