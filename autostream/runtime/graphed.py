@@ -93,15 +93,8 @@ class _CaptureCall(DeviceCall):
                 getattr(self, s.verb)(s.step)
             elif s.verb == "release":
                 self.release(s.values)
-            elif s.verb == "fork":
-                event = self.api.new_event()
-                self.api.record(event, self.main)
-                self.api.wait_event(self.streams[s.stream], event)
-            elif s.verb == "join":
-                if self.current is not self.main:
-                    self.api.set_stream(self.main)
-                    self.current = self.main
-                self.api.wait_stream(self.main, self.streams[s.stream])
+            elif s.verb in ("fork", "join"):
+                getattr(self, s.verb)([self.streams[s.stream]])
             # begin and end: the graph API's, around the body
 
 
