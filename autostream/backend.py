@@ -16,7 +16,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from autostream.comm import has_communication
 from autostream.cost.label import table_mismatch
-from autostream.cost.runtime_target import RuntimeCosts, for_runtime
+from autostream.cost.runtime_target import DEVICE_RUNTIMES, RuntimeCosts, for_runtime
 from autostream.dialects.reinplace import reinplace_all_reduces
 from autostream.fx.call_effects import EffectsUnknown, aot_mutated_inputs
 from autostream.passes import AutoStreamPass, Outcome, PassReport, graph_device, strict
@@ -432,7 +432,7 @@ def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,
                                                 and isinstance(value, SanitizerConfig)):
             raise ValueError(f"{name} must be True or False, got {type(value).__name__} "
                              f"{value!r}")
-    if sanitize and runtime in ("streams", "graph", "sequential"):
+    if sanitize and runtime in (*DEVICE_RUNTIMES, "sequential"):
         raise ValueError(f"sanitize=True checks the threads runtime, not runtime={runtime!r}; "
                          f"use runtime='threads' (or 'auto' on CPU inputs), or sanitize=False")
     allowed = [f.name for f in fields(AutoStreamPass) if f.init]
