@@ -126,8 +126,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     lifts: deque[LiftedPlan | LiftError] = deque(maxlen=stream_pass.history)
     reports: list[PassReport] = []  # the current compile's, one per AOT graph
     warned: set[str] = set()  # device types told their table was made for another kind
-    # the current compile's runtime (one graph compiles at a time) and its graph runners
-    current: dict[str, Any] = {"kind": None, "graphs": []}
+    # the current compile's report (one graph compiles at a time): its runtime and graph runners
+    current: dict[str, BackendReport] = {}
 
     def runner(gm: torch.fx.GraphModule, kind: str, graphs: list[tuple[str, Any]],
                label: str = "plan") -> Callable[..., Any]:
@@ -140,7 +140,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         reinplace_all_reduces(gm)
-        kind, graphs = current["kind"], current["graphs"]  # set by compile_fn, around AOT
+        now = current["report"]  # set by compile_fn, around AOT
+        kind, graphs = now.runtime, now.graph_runners
         report = stream_pass.apply(gm, example_inputs, runtime=kind)  # told in the report
         stream_pass.reports.append(report)
         reports.append(report)
@@ -154,7 +155,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         try:
             costs = RuntimeCosts.of(for_runtime(
                 stream_pass.cost_model_for(graph_device(gm.graph, example_inputs)),
-                current["kind"]))
+                current["report"].runtime))
             lifted = lift_plan(gm, plan, costs.op_us, costs.call_us, costs.segment_us,
                                mutated_inputs=aot_mutated_inputs(gm), issue_us=costs.issue_us,
                                fixed_us=costs.fixed_us)
@@ -170,9 +171,10 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             log.warning("autostream: plan kept on the ATen graph: %s", why)
             return None
         lifts.append(lifted)  # told in the backend's report
-        if lifted.streams_used <= 1 and current["kind"] != "graph":
+        now = current["report"]
+        if lifted.streams_used <= 1 and now.runtime != "graph":
             return lifted.gm.forward
-        return runner(lifted.gm, current["kind"], current["graphs"])
+        return runner(lifted.gm, now.runtime, now.graph_runners)
 
     aot_compile = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
 
@@ -183,10 +185,9 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         reports.clear()
         training = _needs_autograd(gm, example_inputs)
         report = BackendReport(len(gm.graph.nodes), device, training)
-        current["kind"], report.capture_refused = _runtime_for(runtime, gm, example_inputs,
-                                                               device, training)
-        current["graphs"] = report.graph_runners
-        report.runtime = current["kind"]
+        report.runtime, report.capture_refused = _runtime_for(runtime, gm, example_inputs,
+                                                              device, training)
+        current["report"] = report
         compiled = aot_compile(gm, example_inputs)
         report.passes = list(reports)
         fn = choose(gm, example_inputs, compiled, report)
@@ -230,13 +231,13 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             return _inductor(gm, example_inputs) if fallback == "inductor" else gm.forward
         singles: dict[str, Callable] = {}
         default = fallback
-        if current["kind"] == "graph":  # the strongest single-stream baseline
-            graphs = current["graphs"]  # this compile's: the runner is built on first call
+        if report.runtime == "graph":  # the strongest single-stream baseline
+            graphs = report.graph_runners  # this compile's: the runner is built on first call
             singles["graph1"] = _Lazy(lambda: runner(gm, "graph", graphs, "one-stream graph"))
             default = "graph1"
         singles["eager"] = gm.forward
         if applied:  # eager at the plan's other thread counts (runtime/baseline.py)
-            singles.update(eager_candidates(gm.forward, current["kind"], report.streams_used,
+            singles.update(eager_candidates(gm.forward, report.runtime, report.streams_used,
                                             deterministic))
         if fallback == "inductor":
             singles["inductor"] = _inductor(gm, example_inputs)
@@ -244,7 +245,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             report.kept, report.not_measured = default, "no plan to measure"
             return singles[default]
         report.baselines = tuple(singles)
-        plan_name = "graph" if current["kind"] == "graph" else "streams"
+        plan_name = "graph" if report.runtime == "graph" else "streams"
         candidates = {plan_name: compiled, **singles} if applied else singles
         choice = MeasuredChoice(candidates, trials=measure, default=default,
                                 on_choice=lambda *_: _chosen(report), read_machine=read_machine)
