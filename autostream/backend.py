@@ -16,7 +16,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from autostream.comm import has_communication
 from autostream.cost.label import table_mismatch
-from autostream.cost.runtime_target import RuntimeCosts, for_runtime
+from autostream.cost.runtime_target import DEVICE_RUNTIMES, RuntimeCosts, for_runtime
 from autostream.dialects.reinplace import reinplace_all_reduces
 from autostream.fx.call_effects import EffectsUnknown, aot_mutated_inputs
 from autostream.passes import AutoStreamPass, Outcome, PassReport, graph_device, strict
@@ -27,7 +27,7 @@ from autostream.report.summary import outcome_text, plan_lines
 from autostream.runtime.baseline import baseline_text, eager_candidates, fastest_single
 from autostream.runtime.capturable import capture_refusal
 from autostream.runtime.choice import MeasuredChoice
-from autostream.runtime.graphed import OUTPUT_POLICIES
+from autostream.runtime.graphed import check_output_policy
 from autostream.runtime.machine import read as read_machine
 from autostream.runtime.sanitizer import SanitizerConfig
 from autostream.runtime.select import (
@@ -120,17 +120,14 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     torch.Size([2, 4])
     """
     _check_options(runtime, sanitize, measure, fallback, deterministic, options)
-    if graph_outputs not in OUTPUT_POLICIES:
-        raise ValueError(f"graph_outputs must be one of {', '.join(OUTPUT_POLICIES)}, got "
-                         f"{graph_outputs!r}: 'fresh' returns new tensors each call, "
-                         f"'reused' the graph's own (overwritten by the next call)")
+    check_output_policy(graph_outputs, "graph_outputs")
     stream_pass = AutoStreamPass(**options)
     choices: deque[MeasuredChoice] = deque(maxlen=stream_pass.history)
     lifts: deque[LiftedPlan | LiftError] = deque(maxlen=stream_pass.history)
     reports: list[PassReport] = []  # the current compile's, one per AOT graph
     warned: set[str] = set()  # device types told their table was made for another kind
-    # the current compile's runtime (one graph compiles at a time) and its graph runners
-    current: dict[str, Any] = {"kind": None, "graphs": []}
+    # the current compile's report (one graph compiles at a time): its runtime and graph runners
+    current: dict[str, BackendReport] = {}
 
     def runner(gm: torch.fx.GraphModule, kind: str, graphs: list[tuple[str, Any]],
                label: str = "plan") -> Callable[..., Any]:
@@ -143,7 +140,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
 
     def compiler(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
         reinplace_all_reduces(gm)
-        kind, graphs = current["kind"], current["graphs"]  # set by compile_fn, around AOT
+        now = current["report"]  # set by compile_fn, around AOT
+        kind, graphs = now.runtime, now.graph_runners
         report = stream_pass.apply(gm, example_inputs, runtime=kind)  # told in the report
         stream_pass.reports.append(report)
         reports.append(report)
@@ -157,7 +155,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         try:
             costs = RuntimeCosts.of(for_runtime(
                 stream_pass.cost_model_for(graph_device(gm.graph, example_inputs)),
-                current["kind"]))
+                current["report"].runtime))
             lifted = lift_plan(gm, plan, costs, mutated_inputs=aot_mutated_inputs(gm))
         except (LiftError, EffectsUnknown) as exc:
             why = exc if isinstance(exc, LiftError) else LiftError(str(exc))
@@ -171,9 +169,10 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             log.warning("autostream: plan kept on the ATen graph: %s", why)
             return None
         lifts.append(lifted)  # told in the backend's report
-        if lifted.streams_used <= 1 and current["kind"] != "graph":
+        now = current["report"]
+        if lifted.streams_used <= 1 and now.runtime != "graph":
             return lifted.gm.forward
-        return runner(lifted.gm, current["kind"], current["graphs"])
+        return runner(lifted.gm, now.runtime, now.graph_runners)
 
     aot_compile = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
 
@@ -184,10 +183,9 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         reports.clear()
         training = _needs_autograd(gm, example_inputs)
         report = BackendReport(len(gm.graph.nodes), device, training)
-        current["kind"], report.capture_refused = _runtime_for(runtime, gm, example_inputs,
-                                                               device, training)
-        current["graphs"] = report.graph_runners
-        report.runtime = current["kind"]
+        report.runtime, report.capture_refused = _runtime_for(runtime, gm, example_inputs,
+                                                              device, training)
+        current["report"] = report
         compiled = aot_compile(gm, example_inputs)
         report.passes = list(reports)
         fn = choose(gm, example_inputs, compiled, report)
@@ -231,13 +229,13 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             return _inductor(gm, example_inputs) if fallback == "inductor" else gm.forward
         singles: dict[str, Callable] = {}
         default = fallback
-        if current["kind"] == "graph":  # the strongest single-stream baseline
-            graphs = current["graphs"]  # this compile's: the runner is built on first call
+        if report.runtime == "graph":  # the strongest single-stream baseline
+            graphs = report.graph_runners  # this compile's: the runner is built on first call
             singles["graph1"] = _Lazy(lambda: runner(gm, "graph", graphs, "one-stream graph"))
             default = "graph1"
         singles["eager"] = gm.forward
         if applied:  # eager at the plan's other thread counts (runtime/baseline.py)
-            singles.update(eager_candidates(gm.forward, current["kind"], report.streams_used,
+            singles.update(eager_candidates(gm.forward, report.runtime, report.streams_used,
                                             deterministic))
         if fallback == "inductor":
             singles["inductor"] = _inductor(gm, example_inputs)
@@ -245,7 +243,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             report.kept, report.not_measured = default, "no plan to measure"
             return singles[default]
         report.baselines = tuple(singles)
-        plan_name = "graph" if current["kind"] == "graph" else "streams"
+        plan_name = "graph" if report.runtime == "graph" else "streams"
         candidates = {plan_name: compiled, **singles} if applied else singles
         choice = MeasuredChoice(candidates, trials=measure, default=default,
                                 on_choice=lambda *_: _chosen(report), read_machine=read_machine)
@@ -433,7 +431,7 @@ def _check_options(runtime: str, sanitize: bool, measure: int, fallback: str,
                                                 and isinstance(value, SanitizerConfig)):
             raise ValueError(f"{name} must be True or False, got {type(value).__name__} "
                              f"{value!r}")
-    if sanitize and runtime in ("streams", "graph", "sequential"):
+    if sanitize and runtime in (*DEVICE_RUNTIMES, "sequential"):
         raise ValueError(f"sanitize=True checks the threads runtime, not runtime={runtime!r}; "
                          f"use runtime='threads' (or 'auto' on CPU inputs), or sanitize=False")
     allowed = [f.name for f in fields(AutoStreamPass) if f.init]

@@ -29,7 +29,7 @@ import torch.fx
 from torch.utils._pytree import tree_leaves
 
 from autostream.comm import has_communication
-from autostream.runtime.graph_api import GRAPH_CLASSES, TorchGraphAPI
+from autostream.runtime.graph_api import TorchGraphAPI
 
 __all__ = ["capture_refusal", "graph_refusal"]
 
@@ -38,10 +38,8 @@ def capture_refusal(gm: torch.fx.GraphModule, device_type: str,
                     example_inputs: Any = None) -> str | None:
     """Why ``gm`` cannot be captured on ``device_type`` (``None``: it can, as far as the
     graph tells).  ``example_inputs``: its inputs, checked for host tensors."""
-    if TorchGraphAPI.graph_class_name(torch.device(device_type)) is None:
-        return (f"no graph capture on {device_type}: its device module has none of "
-                f"{', '.join(GRAPH_CLASSES)}")
-    return graph_refusal(gm.graph, device_type, example_inputs)
+    return (TorchGraphAPI.no_capture(torch.device(device_type))
+            or graph_refusal(gm.graph, device_type, example_inputs))
 
 
 def graph_refusal(graph: torch.fx.Graph, device_type: str, example_inputs: Any = None

@@ -184,7 +184,7 @@ def check_capture(steps: Sequence[CaptureStep], program: StreamProgram) -> Captu
             forked.add(s.stream)  # once per stream
         last_action[s.stream] = i
         if s.verb == "op":
-            _check_reads(result, clocks, program, s)
+            _check_reads(result, clocks, s)
             clocks.launch(s.stream, s.step.node)
         elif s.verb == "record":
             clocks.tokens[s.step.node.name] = dict(clocks.of(s.stream))
@@ -203,8 +203,7 @@ def check_capture(steps: Sequence[CaptureStep], program: StreamProgram) -> Captu
     return result
 
 
-def _check_reads(result: CaptureCheck, clocks: _Clocks, program: StreamProgram,
-                 s: CaptureStep) -> None:
+def _check_reads(result: CaptureCheck, clocks: _Clocks, s: CaptureStep) -> None:
     for arg in s.step.node.all_input_nodes:
         producer = clocks.stamp.get(arg)
         if producer is None or producer[0] == s.stream:

@@ -60,8 +60,7 @@ class TorchGraphAPI:
         name = self.graph_class_name(device)
         if name is None:
             raise CaptureUnsupported(
-                f"no graph capture on {device.type}: its device module has none of "
-                f"{', '.join(GRAPH_CLASSES)}; use runtime='streams' (or 'auto')")
+                f"{self.no_capture(device)}; use runtime='streams' (or 'auto')")
         self.device = device
         self.module = torch.get_device_module(device)
         self._graph_class = getattr(self.module, name)
@@ -78,6 +77,14 @@ class TorchGraphAPI:
         if not hasattr(module, "graph"):
             return None
         return next((n for n in GRAPH_CLASSES if hasattr(module, n)), None)
+
+    @classmethod
+    def no_capture(cls, device: torch.device) -> str | None:
+        """Why ``device`` has no graph capture (``None``: it has)."""
+        if cls.graph_class_name(device) is not None:
+            return None
+        return (f"no graph capture on {device.type}: its device module has none of "
+                f"{', '.join(GRAPH_CLASSES)}")
 
     def new_graph(self) -> Any:
         return self._graph_class()

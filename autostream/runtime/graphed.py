@@ -60,16 +60,27 @@ from autostream.runtime.streams import (
     input_device,
 )
 
-__all__ = ["OUTPUT_POLICIES", "GraphRunner"]
+__all__ = ["OUTPUT_POLICIES", "GraphRunner", "check_output_policy"]
 
 log = logging.getLogger("autostream")
 
 #: what a call returns: new tensors, or the graph's own (overwritten by the next replay)
 OUTPUT_POLICIES = ("fresh", "reused")
+
 #: input shapes captured at most per runner (more run uncaptured)
 MAX_GRAPHS = 8
 #: uncaptured runs before capture (lazy initialisation: cuBLAS handles, workspaces)
 WARMUP = 3
+
+
+def check_output_policy(outputs: str, name: str = "outputs") -> str:
+    """``outputs`` if it is one of :data:`OUTPUT_POLICIES`, else a ``ValueError`` naming
+    the option ``name`` and what each policy does."""
+    if outputs not in OUTPUT_POLICIES:
+        raise ValueError(f"{name} must be one of {', '.join(OUTPUT_POLICIES)}, got "
+                         f"{outputs!r}: 'fresh' returns new tensors each call, 'reused' "
+                         f"the graph's own (overwritten by the next call)")
+    return outputs
 
 
 class _CaptureCall(DeviceCall):
@@ -82,15 +93,8 @@ class _CaptureCall(DeviceCall):
                 getattr(self, s.verb)(s.step)
             elif s.verb == "release":
                 self.release(s.values)
-            elif s.verb == "fork":
-                event = self.api.new_event()
-                self.api.record(event, self.main)
-                self.api.wait_event(self.streams[s.stream], event)
-            elif s.verb == "join":
-                if self.current is not self.main:
-                    self.api.set_stream(self.main)
-                    self.current = self.main
-                self.api.wait_stream(self.main, self.streams[s.stream])
+            elif s.verb in ("fork", "join"):
+                getattr(self, s.verb)([self.streams[s.stream]])
             # begin and end: the graph API's, around the body
 
 
@@ -164,10 +168,7 @@ class GraphRunner:
                  stream_api: Callable[[torch.device], StreamAPI] = TorchStreamAPI,
                  outputs: str = "fresh", max_graphs: int = MAX_GRAPHS, warmup: int = WARMUP,
                  record_memory: bool = False):
-        if outputs not in OUTPUT_POLICIES:
-            raise ValueError(f"outputs must be one of {', '.join(OUTPUT_POLICIES)}, got "
-                             f"{outputs!r}: 'fresh' returns new tensors each call, 'reused' "
-                             f"the graph's own (overwritten by the next call)")
+        check_output_policy(outputs)
         if isinstance(max_graphs, bool) or not isinstance(max_graphs, int) or max_graphs < 1:
             raise ValueError(f"max_graphs must be an integer >= 1, got {max_graphs!r}")
         self.gm = gm
@@ -247,12 +248,10 @@ class GraphRunner:
         return self.fallback(*inputs)
 
     @staticmethod
-    def _autograd(flat: list[Any]) -> str | None:
-        if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
-                                           for x in flat):
-            return ("an input requires grad with grad enabled: a captured graph records no "
-                    "autograd; call under torch.no_grad()")
-        return None
+    def _autograd(flat: list[Any]) -> bool:
+        """Whether autograd would record this call (a captured graph records none)."""
+        return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                               for x in flat)
 
     def describe(self) -> str:
         """What the runner did, in words."""

@@ -20,7 +20,7 @@ stream are dropped after their last use (stream-ordered reuse is safe there).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -192,17 +192,21 @@ class DeviceCall(EnvHooks):
         for token in step.tokens:
             self.api.wait_event(stream, self.events[token])
 
-    def fork(self) -> None:
-        """Every side stream waits for the main stream (the caller's work so far)."""
-        if self.side:
+    def fork(self, streams: Sequence[Any] | None = None) -> None:
+        """Every side stream (or each of ``streams``) waits for the main stream (the
+        caller's work so far)."""
+        streams = list(self.side.values()) if streams is None else streams
+        if streams:
             event = self.api.new_event()
             self.api.record(event, self.main)
-            for s in self.side.values():
+            for s in streams:
                 self.api.wait_event(s, event)
 
-    def join(self) -> None:
-        """Back on the main stream, which waits for every side stream."""
+    def join(self, streams: Sequence[Any] | None = None) -> None:
+        """Back on the main stream, which waits for every side stream (or each of
+        ``streams``)."""
         if self.current is not self.main:
             self.api.set_stream(self.main)
-        for s in self.side.values():
+            self.current = self.main
+        for s in self.side.values() if streams is None else streams:
             self.api.wait_stream(self.main, s)
