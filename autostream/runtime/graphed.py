@@ -52,6 +52,7 @@ from autostream.runtime.capture_plan import CaptureStep, capture_steps, check_ca
 from autostream.runtime.execute import Env, collect_outputs, fetch_attr
 from autostream.runtime.graph_api import GraphAPI, TorchGraphAPI
 from autostream.runtime.program import ProgramError, StreamProgram, parse_program
+from autostream.runtime.stream_pool import device_streams
 from autostream.runtime.streams import (
     DeviceCall,
     StreamAPI,
@@ -284,8 +285,9 @@ class GraphRunner:
     def _apis(self, device: torch.device) -> tuple[GraphAPI, StreamAPI, Any, dict[int, Any]]:
         graphs = self._make_graph_api(device)
         streams = self._make_stream_api(device)
-        capture_stream = graphs.new_stream()
-        side = {k: streams.new_stream() for k in self.program.side_streams}
+        pool = device_streams(self._make_stream_api, device)  # the device's, process-wide
+        capture_stream = pool.capture(graphs.new_stream)
+        side = pool.side(self.program.side_streams, streams.new_stream)
         return graphs, streams, capture_stream, side
 
     def _written_inputs(self) -> set[str]:

@@ -30,6 +30,7 @@ from autostream.runtime.execute import Env, bind_inputs, collect_outputs, run_op
 from autostream.runtime.interpret import EnvHooks, interpret
 from autostream.runtime.memory import MeasuredMemory, allocator_peak
 from autostream.runtime.program import Step, StreamProgram, parse_program
+from autostream.runtime.stream_pool import device_streams
 
 
 class StreamAPI(Protocol):
@@ -114,7 +115,8 @@ class StreamsRunner:
     """Run a rewritten GraphModule on device streams.
 
     ``api`` builds the :class:`StreamAPI` for a device (default
-    :class:`TorchStreamAPI`); side streams are created once per device and reused.
+    :class:`TorchStreamAPI`); side stream ``k`` is the device's, shared by every graph
+    in the process (:mod:`autostream.runtime.stream_pool`).
     ``record_memory``: each call's peak is measured with the allocator's statistics
     (the API's ``memory_allocated``, ``max_memory_allocated`` and
     ``reset_peak_memory_stats``) into ``last_memory``.
@@ -135,7 +137,8 @@ class StreamsRunner:
     def _streams_for(self, device: torch.device) -> tuple[StreamAPI, dict[int, Any]]:
         if device not in self._per_device:
             api = self._make_api(device)
-            side = {k: api.new_stream() for k in self.program.side_streams}
+            side = device_streams(self._make_api, device).side(self.program.side_streams,
+                                                               api.new_stream)
             self._per_device[device] = (api, side)
         return self._per_device[device]
 
@@ -160,7 +163,7 @@ class StreamsRunner:
         return collect_outputs(self.gm, self.program, env)
 
     def close(self) -> None:
-        """Forget the side streams (present for a uniform runner interface)."""
+        """Forget this runner's stream API (the device's side streams stay in its pool)."""
         self._per_device.clear()
 
 

@@ -1,4 +1,8 @@
-"""CPU runtime: one persistent worker thread per side stream, the calling thread is stream 0.
+"""CPU runtime: a worker thread per side stream for each call, the calling thread is stream 0.
+
+Workers come from a pool shared by every graph in the process
+(:mod:`autostream.runtime.workers`): a call takes one idle worker per side stream and
+gives it back as soon as that stream is done; a worker idle for a few seconds exits.
 
 ``record`` sets a ``threading.Event`` once everything before it on its stream has run;
 ``wait`` blocks on those events.  A wait has no deadline by default, as in eager code:
@@ -45,10 +49,8 @@ competing with the running ops, eager ops of the calling thread included.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -74,6 +76,7 @@ from autostream.runtime.sanitizer import (
 )
 from autostream.runtime.segments import Segment, SegmentRunner, split_segments
 from autostream.runtime.sequential import SequentialRunner
+from autostream.runtime.workers import WORKERS, WorkerPool
 
 log = logging.getLogger("autostream")
 
@@ -88,47 +91,6 @@ POLL_S = 0.5
 
 class _Aborted(Exception):
     """Another stream failed; this one stops quietly."""
-
-
-class _Worker:
-    """A daemon thread running the callables it is given, one at a time."""
-
-    def __init__(self, name: str):
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
-        self.thread.start()
-
-    def _loop(self) -> None:
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            fn, future = job
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                future.set_exception(exc)
-            # the finished job holds its call and so its runner: kept in this frame while
-            # the loop waits for the next, it would keep the runner, whose collection is
-            # what stops this thread, alive for good
-            del job, fn, future
-
-    def submit(self, fn: Callable[[], Any]) -> Future:
-        future: Future = Future()
-        self.jobs.put((fn, future))
-        return future
-
-    def stop(self) -> None:
-        self.jobs.put(None)
-
-
-def _stop_all(workers: list[_Worker]) -> None:
-    for w in workers:
-        w.stop()
-    # Join (briefly) so no worker is still inside ATen when the interpreter exits.
-    for w in workers:
-        if w.thread is not threading.current_thread():
-            w.thread.join(timeout=5.0)
 
 
 def _state_carried_to_worker(state: ThreadState) -> ThreadState:
@@ -354,8 +316,9 @@ class _Call:
 class ThreadsRunner:
     """Run a rewritten GraphModule with real thread concurrency on CPU.
 
-    Calls are serialised (one call at a time per runner); the worker threads
-    persist across calls and stop when the runner is closed or collected.
+    Calls are serialised (one call at a time per runner); side streams run on workers
+    of ``workers``, by default the process-wide pool shared by every runner
+    (:mod:`autostream.runtime.workers`), whose idle workers exit on their own.
 
     >>> import torch, torch.fx
     >>> gm = torch.fx.symbolic_trace(lambda x: x * 2)
@@ -372,7 +335,8 @@ class ThreadsRunner:
                  wait_timeout_s: float | None = None, intra_op_threads: int | None = None,
                  record_spans: bool = False, segments: bool = True,
                  record_memory: bool = False, deterministic: bool = False,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 workers: WorkerPool | None = None):
         if wait_timeout_s is not None and not wait_timeout_s > 0:
             raise ValueError(f"wait_timeout_s must be > 0 seconds (or None: no deadline), "
                              f"got {wait_timeout_s!r}")
@@ -419,9 +383,8 @@ class ThreadsRunner:
         self.intra_op = IntraOpThreads.find()
         if not self.intra_op.available and not deterministic:
             log.debug("autostream: intra-op threads not divided: %s", self.intra_op.why_not)
-        self._workers = {k: _Worker(f"autostream-{stream_label(k)}")
-                         for k in self.program.side_streams}
-        self._finalizer = weakref.finalize(self, _stop_all, list(self._workers.values()))
+        #: where side streams run (shared: nothing here is stopped when the runner goes)
+        self.workers = WORKERS if workers is None else workers
         self._lock = threading.Lock()
         self._calls = 0
         self._broken: str | None = None
@@ -478,7 +441,8 @@ class ThreadsRunner:
 
     def _run_streams(self, run: _Call) -> None:
         """Stream 0 here, the others on their workers; the first error (not an abort) raised."""
-        futures = {k: w.submit(lambda k=k: run.run_stream(k)) for k, w in self._workers.items()}
+        futures = {k: self.workers.submit(lambda k=k: run.run_stream(k))
+                   for k in self.program.side_streams}
         errors: list[BaseException] = []
         try:
             run.run_stream(0)
@@ -517,9 +481,8 @@ class ThreadsRunner:
         """Why the workers cannot run under the caller's ``state`` (checked once per state)."""
         if state not in self._refusals:
             why = state.uncarried()
-            if why is None and self._workers:
-                worker = next(iter(self._workers.values()))
-                got = worker.submit(lambda: _state_carried_to_worker(state)).result(
+            if why is None and self.program.side_streams:
+                got = self.workers.submit(lambda: _state_carried_to_worker(state)).result(
                     timeout=self.wait_timeout_s)
                 differences = state.differences(got)
                 if differences:
@@ -567,8 +530,9 @@ class ThreadsRunner:
         future.result()
 
     def close(self) -> None:
-        """Stop the worker threads (also done when the runner is garbage-collected)."""
-        self._finalizer()
+        """Stop the pool's idle workers now (they would exit after their idle timeout);
+        the runner stays usable, a later call starts workers again."""
+        self.workers.trim()
 
     def __enter__(self) -> ThreadsRunner:
         return self
