@@ -217,14 +217,16 @@ def test_workers_persist_across_calls():
         token = b.record()
     b.wait(token)
     runner = ThreadsRunner(b.finish(y))
+    runner(torch.ones(1))
     before = threading.active_count()
     for _ in range(5):
         runner(torch.ones(1))
     assert len(set(idents)) == 1 and idents[0] != threading.get_ident()
     assert threading.active_count() == before
-    runner.close()
-    runner._workers[1].thread.join(timeout=HANG_S)
-    assert not runner._workers[1].thread.is_alive()
+    [worker] = [t for t in threading.enumerate() if t.ident == idents[0]]
+    runner.close()  # stops the pool's idle workers now
+    worker.join(timeout=HANG_S)
+    assert not worker.is_alive()
 
 
 def _concurrent_thread_counts(started: dict[str, int] | None = None, **options):
