@@ -259,3 +259,54 @@ def test_no_worker_outlives_a_graph_break_inside_a_helper(monkeypatch):
     torch._dynamo.reset()
     gc.collect()
     _until(lambda: not _ours(), f"worker threads {sorted(t.name for t in _ours())} alive")
+
+
+class _Wide(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(width, width), nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x).relu() + self.b(x).sigmoid()
+
+
+def test_two_user_threads_calling_compiled_models_at_once():
+    """Two models compiled for two streams, each called by its own user thread at once:
+    both finish, and every output equals the sequential runtime's bit for bit (one
+    intra-op thread everywhere, so no op's reduction splits differently)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        modules = [_Wide(512), _Wide(384)]
+        inputs = [torch.randn(256, 512), torch.randn(256, 384)]
+        reports, plain = [], []
+        for m, x in zip(modules, inputs, strict=True):
+            be = autostream.backend(max_streams=2, measure=0, runtime="threads")
+            reports.append(be)
+            compiled = torch.compile(m, backend=be)
+            sequential = torch.compile(
+                m, backend=autostream.backend(max_streams=2, measure=0, runtime="sequential"))
+            with torch.no_grad():
+                plain.append((compiled, sequential(x)))
+        errors: list[BaseException] = []
+
+        def user(k: int) -> None:
+            compiled, expected = plain[k]
+            try:
+                with torch.no_grad():
+                    for _ in range(20):
+                        assert torch.equal(compiled(inputs[k]), expected)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        users = [threading.Thread(target=user, args=(k,)) for k in range(2)]
+        for t in users:
+            t.start()
+        for t in users:
+            t.join(timeout=2 * HANG_S)
+        assert not any(t.is_alive() for t in users), "a user's calls hung"
+        assert errors == []
+        assert [be.last_report.streams_used for be in reports] == [2, 2]
+    finally:
+        torch.set_num_threads(old)
