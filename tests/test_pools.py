@@ -310,3 +310,26 @@ def test_two_user_threads_calling_compiled_models_at_once():
         assert [be.last_report.streams_used for be in reports] == [2, 2]
     finally:
         torch.set_num_threads(old)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork")
+def test_a_forked_child_makes_its_own_device_streams():
+    made = iter(range(10))
+
+    def factory(device: torch.device) -> None:
+        return None
+
+    parent = device_streams(factory, torch.device("cpu")).side((1,), lambda: next(made))
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child = device_streams(factory, torch.device("cpu")).side((1,), lambda: next(made))
+            os.write(write, str(child[1]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as r:
+        answer = r.read()
+    os.waitpid(pid, 0)
+    assert parent == {1: 0} and answer == b"1", "the child reused its parent's stream"

@@ -24,11 +24,12 @@ on the pool's streams of that device while captures may run.
 
 Pools are kept per device and per API factory (the class or function that builds the
 device's stream API): in a process that is one per device; tests give each fake device
-a factory of its own.
+a factory of its own.  A forked child starts with none.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -81,6 +82,17 @@ _LOCK = threading.Lock()
 #: API factory -> device -> its streams (a factory that cannot be weakly referenced: kept)
 _BY_FACTORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _KEPT: dict[Any, dict[torch.device, DeviceStreams]] = {}
+
+
+def _forget_in_child() -> None:
+    """A forked child cannot use its parent's device streams (nor a lock held at fork)."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    _BY_FACTORY.clear()
+    _KEPT.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def device_streams(factory: Callable[..., Any], device: torch.device) -> DeviceStreams:
