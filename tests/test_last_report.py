@@ -49,7 +49,7 @@ def test_the_backend_named_by_a_string_leaves_its_report_reachable(caplog):
     assert measured == report.measured_line()
     assert f"measured over 3 interleaved rounds ({calls} calls): streams " in measured
     assert measured.startswith("unreliable (busy: ") is report.choice.load.busy
-    assert " us +- " in measured and f"kept {report.choice.choice}: " in measured
+    assert " us +- " in measured and f"; runs {report.choice.choice}: " in measured
     assert baseline.startswith(f"fastest single stream: {report.baseline[0]}")
     assert "load average " in baseline
     # one line when compiled, one when the choice is made, in the summary's words
