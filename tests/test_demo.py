@@ -71,8 +71,9 @@ def test_demo_plans_for_both_devices_measures_on_cpu_and_says_what_it_applied(
                         flags=re.M)
     assert machine is not None
     if int(machine.group(1)) > 1:  # eager on one thread, as each stream runs
-        assert re.search(r"^measured on CPU threads \(median us\): eager [\d,]+, eager \(1 "
-                         r"thread\) [\d,]+, ", out, flags=re.M)
+        assert re.search(r"^measured on CPU threads \(median us; plan forced on: measure=0, "
+                         r"\d+ streams?\): eager [\d,]+, eager \(1 thread\) [\d,]+, ", out,
+                         flags=re.M)
     assert "outputs equal eager: yes" in out
     # what the backend decides as a user runs it, before the forced plan's figure
     decided = re.search(r"^the backend decides \(measure=5, its default\): runs (eager|eager "
