@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 #: the share of the cores a timing uses that other processes may take, on average during
-#: it, beyond the cores it leaves idle (0.46 of 2 cores turned a 1.0x plan into 0.75x)
+#: it, beyond the cores it leaves idle
 BUSY_SHARE = 0.1
 #: the 1-minute load average before a timing, beyond the idle cores, as a share of the
 #: cores the timing uses, above which a machine is busy where the CPU time of other
