@@ -317,3 +317,47 @@ def test_calibrate_model_times_graphs_on_the_models_own_data(monkeypatch):
     [args] = seen
     masks = [a for a in args if isinstance(a, torch.Tensor) and a.dtype == torch.bool]
     assert not torch.equal(masks[0], model.mask)
+
+
+def _fake_machine(monkeypatch, others_cores: float) -> None:
+    """``runtime.machine.read`` answering a 10 s calibration beside ``others_cores`` busy cores
+    of other processes."""
+    from autostream.runtime import machine
+
+    readings = iter([machine.Reading(0.0, 0.5, 0.0, 0.0),
+                     machine.Reading(10.0, 0.5, 10.0 * others_cores, 0.0)])
+    monkeypatch.setattr(machine, "read", lambda: next(readings))
+
+
+@pytest.mark.parametrize("others, busy", [(1.5, True), (0.0, False)])
+def test_calibrate_records_the_load_in_the_table_and_warns_when_busy(tmp_path, spec_file, capsys,
+                                                                     monkeypatch, others, busy):
+    _fake_machine(monkeypatch, others)
+    out = tmp_path / "t.json"
+    assert main(["calibrate", f"{spec_file}:tiny", "--out", str(out), "--threads", "1",
+                 *FAST]) == 0
+    load = CostTable.load(out).device["load"]
+    assert (load["busy"], load["others_cores"], load["used_cores"]) == (busy, others, 1)
+    err = capsys.readouterr().err
+    assert (f"warning: {out} was calibrated while the machine was busy: other processes kept "
+            f"1.50 of ") in err if busy else "warning" not in err
+    if busy:
+        assert "its times and peaks are unreliable (recorded in its device.load)" in err
+
+
+def test_a_profile_whose_peaks_contradict_each_other_is_measured_again_then_refused(monkeypatch):
+    import autostream.cost.calibrate as cal
+
+    # the newcomer's busy calibration: f64 at 107 GFLOP/s against f32 at 13.7
+    contradicting = {"f32": 13.7e9, "f64": 107e9}
+    monkeypatch.setattr(cal, "measure_peaks", lambda device, timer: dict(contradicting))
+    cpu = torch.device("cpu")
+    with pytest.raises(ValueError, match=r"device profile refused: the f64 peak \(107.0 GFLOP/s"
+                                         r"\) is 7.8x the f32 peak \(13.7 GFLOP/s\).* in 3 "
+                                         r"measurements.*calibrate on a quiet machine"):
+        cal.measure_profile(cpu, CpuTimer(), "cpu")
+    # one stalled measurement is measured again, not refused
+    answers = iter([contradicting, {"f32": 60e9, "f64": 30e9}])
+    monkeypatch.setattr(cal, "measure_peaks", lambda device, timer: next(answers))
+    monkeypatch.setattr(cal, "compile_call_cost", lambda device: 0.0)
+    assert cal.measure_profile(cpu, CpuTimer(), "cpu").peak_flops == {"f32": 60e9, "f64": 30e9}

@@ -15,20 +15,23 @@ from tests.factories import fork_join
 ROOT = Path(__file__).resolve().parents[1]
 
 
-#: the demo's measured line, on a quiet machine or marked unreliable on a busy one
-MEASURED_LINE = (r"^(measured speed-up \d+\.\d\dx over|speed-up unreliable, busy: .+; the "
+#: the demo's measured line of the plan forced on, on a quiet machine or marked unreliable
+#: on a busy one
+MEASURED_LINE = (r"^plan forced on: (measured speed-up \d+\.\d\dx over|speed-up unreliable, busy: .+; the "
                  r"plan ran \d+\.\d\dx as fast as) the best single stream, (eager|eager "
                  r"\(\d+ threads?\)|compiled, 1 stream)(; |, .*; )predicted \d+\.\d\dx")
 
 
 def test_the_measured_line_pattern_reads_both_the_quiet_and_the_busy_wording():
-    quiet = ("measured speed-up 1.55x over the best single stream, compiled, 1 stream; "
-             "predicted 1.23x (experiments/speedup.py's ...)")
-    busy = ("speed-up unreliable, busy: other processes 1.33 cores; the plan ran 1.17x as fast "
+    quiet = ("plan forced on: measured speed-up 1.55x over the best single stream, compiled, 1 "
+             "stream; predicted 1.23x (experiments/speedup.py's ...)")
+    busy = ("plan forced on: speed-up unreliable, busy: other processes 1.33 cores; the plan "
+            "ran 1.17x as fast "
             "as the best single stream, eager (1 thread), meanwhile: rerun on a quiet machine; "
             "predicted 1.23x")
     assert re.search(MEASURED_LINE, quiet) and re.search(MEASURED_LINE, busy)
-    assert not re.search(MEASURED_LINE, "measured speed-up 7.01x over eager; predicted 1.23x")
+    assert not re.search(MEASURED_LINE, "plan forced on: measured speed-up 7.01x over eager; "
+                         "predicted 1.23x")
 
 
 @pytest.mark.slow
@@ -68,14 +71,22 @@ def test_demo_plans_for_both_devices_measures_on_cpu_and_says_what_it_applied(
                         flags=re.M)
     assert machine is not None
     if int(machine.group(1)) > 1:  # eager on one thread, as each stream runs
-        assert re.search(r"^measured on CPU threads \(median us\): eager [\d,]+, eager \(1 "
-                         r"thread\) [\d,]+, ", out, flags=re.M)
+        assert re.search(r"^measured on CPU threads \(median us; plan forced on: measure=0, "
+                         r"\d+ streams?\): eager [\d,]+, eager \(1 thread\) [\d,]+, ", out,
+                         flags=re.M)
     assert "outputs equal eager: yes" in out
+    # what the backend decides as a user runs it, before the forced plan's figure
+    decided = re.search(r"^the backend decides \(measure=5, its default\): runs (eager|eager "
+                        r"\(\d+ threads?\)|streams): ", out, flags=re.M)
+    assert decided is not None and decided.start() < re.search(MEASURED_LINE, out,
+                                                                flags=re.M).start()
     applied = re.search(r"^pass: \d+ streams", out, flags=re.M) is not None
     summary = re.search(r"^- This CPU(?: \(.+?, \d+ intra-op threads?\))?: (.*)$", out,
                         flags=re.M)
     assert summary is not None
-    assert summary.group(1).startswith("autostream applied" if applied else "the GEMV model was left")
+    assert summary.group(1).startswith("autostream planned" if applied
+                                       else "the GEMV model was left")
+    assert f"The backend runs {decided.group(1)}: " in summary.group(1)
     trace = re.search(r"measured trace \(predicted and measured timelines\): (\S+)", out)
     assert (trace is not None) == applied, "a measured trace exactly when the plan is applied"
     if trace is not None:
@@ -144,7 +155,7 @@ def test_the_summary_gives_a_speed_up_timed_while_busy_as_unreliable_never_as_a_
     machine = "AMD EPYC, 2 cores, 2 intra-op threads"
     busy = _cpu_line(CpuRun(True, "2 streams", 2, 1, 7.01, 1.23, "eager", machine,
                             Load(2, 3.1, 3.1, 1.3, 9.0)))
-    assert busy.startswith(f"- This CPU ({machine}): autostream applied 2 streams with 1 sync")
+    assert busy.startswith(f"- This CPU ({machine}): autostream planned 2 streams with 1 sync")
     assert ("speed-up unreliable, busy: other processes kept 1.30 of 2 cores busy during the "
             "timing (load average 3.1 on 2 cores); the plan ran 7.01x") in busy
     assert not re.search(r"measured (speed-up )?\d", busy)
@@ -152,3 +163,33 @@ def test_the_summary_gives_a_speed_up_timed_while_busy_as_unreliable_never_as_a_
                              Load(2, 0.6, 0.9, 0.02, 9.0)))
     assert ("measured speed-up 0.85x over the best single stream, eager (1 thread); predicted "
             "1.23x") in quiet and "docs/cpu-runtime.md" in quiet
+
+
+def test_the_summary_says_what_the_backend_runs_and_gives_the_forced_plan_as_such():
+    from autostream.commands.demo import CpuRun, _cpu_line
+    from autostream.runtime.machine import Load
+
+    why = ("streams 0.80x as fast as eager (0.78x less the spread of 5 rounds) does not clear "
+           "the 5% margin")
+    line = _cpu_line(CpuRun(True, "2 streams", 2, 1, 0.75, 1.23, "eager", "AMD EPYC, 2 cores",
+                            Load(2, 0.1, 0.1, 0.02, 9.0), runs="eager", why=why))
+    assert "applied" not in line
+    assert (f"for the GEMV model. The backend runs eager: {why}. Forced on (measure=0), the "
+            "plan: measured speed-up 0.75x over the best single stream, eager; predicted "
+            "1.23x.") in line
+
+
+def test_the_demo_asks_the_backend_what_it_decides_before_timing_the_plan_forced_on(
+        tmp_path, capsys):
+    from autostream.commands import demo
+    from autostream.models.zoo import two_branch_gemv
+
+    model, inputs = two_branch_gemv(depth=2)
+    runs, why = demo._decide(model, inputs, _args(tmp_path, time_limit=0.2))
+    out = capsys.readouterr().out
+    assert out == f"the backend decides (measure=5, its default): runs {runs}: {why}\n"
+    # the backend's own candidates, its own words (runtime.choice.decide)
+    assert runs == "eager" or runs.startswith(("eager (", "streams"))
+    assert re.search(r"^\S.* \d+\.\d\dx as fast as eager \(\d+\.\d\dx less the spread of 5 "
+                     r"rounds\) (clears|does not clear) the 5% margin$",
+                     why.removeprefix("unreliable (").split("): ", 1)[-1])

@@ -145,13 +145,29 @@ def test_check_exit_codes_and_the_default_table_per_mode(capsys):
     # a clean placement: 0; TorchAir's modes default to the Ascend table
     assert cli_main(["check", "autostream.models.experts:coarse", "--mode", "ge",
                      "--time-limit", "0.3"]) == 0
-    assert "cost table: 'ascend910b' (the default of npu graphs" in capsys.readouterr().out
+    assert ("cost table: 'ascend910b' (the default of mode 'ge': TorchAir's target, Ascend; "
+            "npu, spec-derived") in capsys.readouterr().out
     # cuda events on a graph of (fake) CPU tensors: the cpu table, named
     assert cli_main(["check", "autostream.models.experts:fine_bf16_race",
                      "--time-limit", "0.3"]) == 1
     assert "cost table: 'cpu' (the default of cpu graphs" in capsys.readouterr().out
     assert cli_main(["check"]) == 2  # no SPEC
     assert "--list" in capsys.readouterr().err
+
+
+def test_the_readmes_check_example_tells_its_scaled_link_fit_as_a_note_not_a_warning(
+        capsys, caplog):
+    import logging
+
+    # the README's example: EP over 32 ranks, the Ascend table's all-to-all fit made at 8
+    with caplog.at_level(logging.INFO, logger="autostream"):
+        assert cli_main(["check", "autostream.models.experts:fine_bf16_race", "--mode", "ge",
+                         "--time-limit", "0.3"]) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    out = capsys.readouterr().out
+    assert ("\n  note: link fit of all_to_all on hccl was made at world size 8, the group has "
+            "32: ") in out
+    assert "npu graphs" not in out  # the graph is on (fake) CPU tensors; the mode chose
 
 
 def test_check_summary_is_text_and_figures_the_numbers():

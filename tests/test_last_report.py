@@ -49,7 +49,7 @@ def test_the_backend_named_by_a_string_leaves_its_report_reachable(caplog):
     assert measured == report.measured_line()
     assert f"measured over 3 interleaved rounds ({calls} calls): streams " in measured
     assert measured.startswith("unreliable (busy: ") is report.choice.load.busy
-    assert " us +- " in measured and f"kept {report.choice.choice}: " in measured
+    assert " us +- " in measured and f"; runs {report.choice.choice}: " in measured
     assert baseline.startswith(f"fastest single stream: {report.baseline[0]}")
     assert "load average " in baseline
     # one line when compiled, one when the choice is made, in the summary's words
@@ -91,7 +91,30 @@ def test_a_report_lives_as_long_as_what_it_describes():
     del compiled
     torch._dynamo.reset()
     gc.collect()
-    assert autostream.last_report() is None  # a weak reference: nothing kept alive
+    gone = autostream.last_report()  # a weak reference: nothing kept alive
+    assert not gone and not gone.applied and gone.summary().startswith(
+        "autostream: the latest report is gone with what it described")
+
+
+def test_before_the_first_call_the_last_report_says_nothing_is_compiled_yet(monkeypatch):
+    from autostream.report import latest
+
+    monkeypatch.setattr(latest, "_LATEST", latest._Latest())  # a process that compiled nothing
+    model, inputs = two_branch_gemv(depth=2)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="autostream")  # compiles at its first call
+    report = autostream.last_report()
+    assert not report and not report.applied and report.plan is None
+    assert report.summary() == ("autostream: no graph compiled yet in this process: "
+                                "torch.compile compiles a model at its first call (call the "
+                                "compiled model, then ask again)")
+    assert report.figures() == {"applied": False, "reason": report.summary()}
+    with torch.no_grad():
+        compiled(*inputs)
+    assert autostream.last_report() and autostream.last_report().summary().startswith(
+        "autostream backend, Dynamo graph of ")
+    del compiled
+    torch._dynamo.reset()
 
 
 def test_grad_enabled_calls_say_that_nothing_is_measured():

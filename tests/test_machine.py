@@ -41,9 +41,9 @@ def _readings(seconds: float, busy_s: float, own_s: float, load: float | None = 
 
 
 def test_other_processes_cpu_time_excludes_this_process_own():
-    # 10 s on 2 cores: 18 busy core-seconds, 16 of them ours (a 2-thread timing): quiet
-    quiet = Load.between(*_readings(10.0, 18.0, 16.0, load=1.9), cores=2)
-    assert quiet.others == pytest.approx(0.2) and not quiet.busy and quiet.reason == ""
+    # 10 s on 2 cores: 17.5 busy core-seconds, 16 of them ours (a 2-thread timing): quiet
+    quiet = Load.between(*_readings(10.0, 17.5, 16.0, load=1.9), cores=2)
+    assert quiet.others == pytest.approx(0.15) and not quiet.busy and quiet.reason == ""
     # the load average alone (1.9 on 2 cores, our own threads counted) does not make it busy
     assert quiet.before > BUSY_LOAD * 2
     # the same timing with others holding 1.2 cores: busy, and the reason says how busy
@@ -57,6 +57,24 @@ def test_the_busy_threshold_is_a_share_of_the_cores():
     at = BUSY_SHARE * 8 * 10.0  # core-seconds of others in 10 s at the threshold, 8 cores
     assert not Load.between(*_readings(10.0, at, 0.0), cores=8).busy
     assert Load.between(*_readings(10.0, at + 0.5, 0.0), cores=8).busy
+
+
+def test_the_busy_rule_is_relative_to_the_cores_the_timing_uses():
+    # the newcomer's demo: 0.46 other cores on 2 cores, both used by the timing (eager on 2
+    # intra-op threads, the plan on 2 streams): a quarter of its cores gone, busy
+    shared = Load.between(*_readings(10.0, 4.6, 0.0), cores=2, used=2)
+    assert shared.others == pytest.approx(0.46) and shared.busy
+    assert shared.reason.startswith("busy: other processes kept 0.46 of 2 cores busy during "
+                                    "the timing (")
+    # a timing on 2 of 8 cores: others may hold the 6 it leaves idle, not much more
+    assert not Load.between(*_readings(10.0, 60.0 + 1.0, 0.0), cores=8, used=2).busy
+    crowded = Load.between(*_readings(10.0, 60.0 + 2.5, 0.0), cores=8, used=2)
+    assert crowded.busy and ", which used 2 of them (" in crowded.reason
+    assert crowded.figures()["used_cores"] == 2
+    # the load-average fallback alike: 6.9 on 8 cores beside a 2-core timing is quiet
+    assert not Load.between(*_readings(10.0, 0.0, 0.0, load=6.9, stat=False), cores=8,
+                            used=2).busy
+    assert Load.between(*_readings(10.0, 0.0, 0.0, load=6.9, stat=False), cores=8).busy
 
 
 def test_without_proc_stat_or_in_a_short_timing_the_load_average_before_decides():
@@ -79,9 +97,11 @@ def test_proc_stat_counts_steal_and_leaves_out_idle_and_io_wait():
 
 def test_a_watch_reads_the_machine_when_made_and_when_asked():
     readings = iter([Reading(0.0, 0.2, 50.0, 1.0), Reading(2.0, 0.4, 53.0, 2.0)])
-    load = LoadWatch(lambda: next(readings), cores=4).load()
+    load = LoadWatch(lambda: next(readings), cores=4, used=2).load()
     assert (load.before, load.after, load.others, load.seconds) == (0.2, 0.4, 1.0, 2.0)
-    assert not load.busy and load.figures()["others_cores"] == 1.0
+    assert not load.busy and load.figures()["others_cores"] == 1.0  # on the 2 idle cores
+    readings = iter([Reading(0.0, 0.2, 50.0, 1.0), Reading(2.0, 0.4, 53.0, 2.0)])
+    assert LoadWatch(lambda: next(readings), cores=4).load().busy  # a timing on all 4
 
 
 def test_the_worst_load_is_the_busy_one():

@@ -47,7 +47,7 @@ def test_a_stall_in_one_round_does_not_flip_the_choice():
     for _ in range(20):
         choose(0)
     assert choose.choice == "eager" and choose.calls_to_decision == 20
-    assert "streams 1.95x of eager" in choose.reason
+    assert "streams 0.51x as fast as eager" in choose.reason
     # and the kept candidate answers every later call
     calls.clear()
     choose(0)
@@ -72,7 +72,24 @@ def test_a_close_race_keeps_the_default():
     for _ in range(20):
         choose(0)
     assert choose.choice == "eager"
-    assert choose.reason.endswith("does not clear the 5% margin: eager kept")
+    assert choose.reason.endswith("does not clear the 5% margin")
+    assert choose.describe().endswith("; runs eager: streams 1.03x as fast as eager (1.03x "
+                                      "less the spread of 5 rounds) does not clear the 5% "
+                                      "margin")
+
+
+def test_every_figure_of_a_decision_is_a_speed_up_over_the_default_and_it_says_what_runs():
+    # eager on one thread 3x as fast as eager (the default), the plan a bit slower than eager
+    fns, clock, _ = _timed({"streams": _rounds(1e-4, [240e-6] * 3),
+                            "eager": _rounds(1e-4, [200e-6] * 3),
+                            "eager (1 thread)": _rounds(1e-4, [68e-6] * 3)})
+    choose = MeasuredChoice(fns, trials=3, clock=clock, default="eager", settle_s=0.0)
+    for _ in range(18):
+        choose(0)
+    text = choose.describe()
+    assert text.endswith("; runs eager (1 thread): eager (1 thread) 2.94x as fast as eager "
+                         "(2.94x less the spread of 3 rounds) clears the 5% margin")
+    assert " of eager" not in text and "kept" not in text
 
 
 def test_the_decision_takes_a_bounded_number_of_calls_however_short_they_are():
@@ -106,7 +123,7 @@ def test_a_re_check_switches_when_the_kept_candidate_has_become_slower():
         choose(0)
     assert calls[:9] == ["streams"] * 9 and calls.count("eager") == 6
     assert choose.choice == "eager" and choose.rechecks == 1 and choose.switches == 1
-    assert choose.reason.startswith("re-check: eager 0.50x of streams")
+    assert choose.reason.startswith("re-check against streams: eager 2.00x as fast as streams")
 
 
 def test_a_re_check_that_confirms_the_choice_doubles_the_interval():

@@ -100,12 +100,15 @@ def run(args: argparse.Namespace) -> int:
             model = model.to(device)
         captured += capture(model, to_device(inputs, device))
     graphs = [c.gm for c in captured]
+    watch = _watch(args.threads)
     tables = [calibrate_graphs(graphs, device, args.warmup, args.repeat,
                                progress=not args.no_progress, models=args.model_spec,
                                threads=args.threads, in_graph=not args.isolated,
                                graph_args=[c.args or None for c in captured], replay=replay)
               for _ in range(args.runs)]
     table = median_table(tables) if args.runs > 1 else tables[0]
+    load = watch.load()
+    table = with_load(table, load)
     if existing is not None:
         table = existing.merged(table)
     table.save(args.out)
@@ -113,7 +116,34 @@ def run(args: argparse.Namespace) -> int:
           f" ({len(table.skipped)} skipped)")
     for s in table.skipped:
         print(f"  skipped {s.op}({s.signature}): {s.reason}", file=sys.stderr)
+    if load.busy:
+        print(f"warning: {args.out} was calibrated while the machine was {load.reason}: its "
+              f"times and peaks are unreliable (recorded in its device.load); calibrate on a "
+              f"quiet machine (`--threads 1 --runs 3` steady a shared one)", file=sys.stderr)
     return 0
+
+
+def _watch(threads: int | None):
+    """Watch the machine's load while calibrating on ``threads`` intra-op threads."""
+    import torch
+
+    from autostream.runtime import machine
+
+    return machine.LoadWatch(machine.read, used=threads or torch.get_num_threads())
+
+
+def with_load(table, load):
+    """``table`` with the machine's load while it was calibrated in ``device["load"]``
+    (``runtime.machine.Load.figures()``: ``busy`` says whether its figures are reliable).
+
+    >>> from autostream.cost.table import CostTable
+    >>> from autostream.runtime.machine import Load
+    >>> with_load(CostTable.from_profile(), Load(2, 0.4, 1.9, 1.2, 60.0)).device["load"]["busy"]
+    True
+    """
+    from dataclasses import replace
+
+    return replace(table, device={**table.device, "load": load.figures()})
 
 
 def _merge_table(name: str, kind: str | None = None):

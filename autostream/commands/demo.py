@@ -8,7 +8,9 @@ Two parts, then a summary in plain words:
    and graph dumps per device in ``--out``;
 2. **Measured on this machine**: a model whose two independent GEMV chains two CPU
    streams can overlap, compiled with ``torch.compile(backend=autostream.backend(...))``
-   on the CPU threads runtime and timed against eager (at each intra-op thread count the
+   on the CPU threads runtime.  First what the backend decides, as it does for a user (its
+   measured choice: the plan runs only where it clears the margin over eager); then the
+   plan forced on (``measure=0``) timed against eager (at each intra-op thread count the
    plan could use instead: ``runtime/baseline.py``) and the compiled graph on one stream:
    measured against predicted speed-up and peak memory, with the machine and its load
    (a speed-up timed while the machine was busy is marked unreliable, never a result).
@@ -86,12 +88,16 @@ class CpuRun:
     reason: str
     streams: int = 1
     syncs: int = 0
+    #: the plan forced on (``measure=0``): its speed-up over the best single stream
     measured: float | None = None
     predicted: float | None = None
     baseline: str = ""
     #: the machine and its load while timed ("" / ``None``: not timed)
     machine: str = ""
     load: Load | None = None
+    #: what the backend runs after its measured choice, and why ("": not decided)
+    runs: str = ""
+    why: str = ""
 
 
 def _available_solvers() -> tuple[list[str], list[str]]:
@@ -157,31 +163,75 @@ def _plan_for_device(table: str, device: str, args: argparse.Namespace,
 
 
 # -- part 2: measured on this machine -------------------------------------------------------
+#: the forced plan's name among the timed variants
+FORCED = "plan forced on"
+
+
 def _compile(model: Any, inputs: tuple[Any, ...], streams: int, solver: str,
-             time_limit: float | None) -> tuple[Any, Any]:
-    """``torch.compile`` with the autostream backend on the CPU threads runtime; run once."""
+             time_limit: float | None, measure: int = 0) -> tuple[Any, Any]:
+    """``torch.compile`` with the autostream backend on the CPU threads runtime; run once.
+    ``measure=0`` forces the plan on; else the backend measures it against eager."""
     import torch
 
     from autostream.backend import backend
 
-    # measure=0: the demo times the plan itself against one stream, side by side
     compile_fn = backend(runtime="threads", max_streams=streams, solver=solver,
-                         time_limit=time_limit, measure=0)
+                         time_limit=time_limit, measure=measure)
     compiled = torch.compile(model, backend=compile_fn)
     with torch.no_grad():
         compiled(*inputs)  # compiles, plans, rewrites
-    return compiled, compile_fn.autostream_pass.last_report
+    return compiled, compile_fn.last_report
 
 
-def _time_variants(variants: dict[str, Callable[[], Any]], repeats: int
+def backend_decision(report: Any) -> tuple[str, str]:
+    """What the backend runs after its measured choice, and why, in words.
+
+    >>> from types import SimpleNamespace as NS
+    >>> backend_decision(NS(choice=None, kept="eager", not_measured="no plan to measure"))
+    ('eager', 'not measured: no plan to measure')
+    """
+    choice = getattr(report, "choice", None)
+    if choice is None:
+        return report.kept, f"not measured: {report.not_measured}"
+    busy = (f"unreliable ({choice.load.reason}): " if choice.load is not None
+            and choice.load.busy else "")
+    return choice.choice, busy + choice.reason
+
+
+def _decide(model: Any, inputs: tuple[Any, ...], args: argparse.Namespace) -> tuple[str, str]:
+    """Compile as a user does (the backend's measured choice on), call until it decides."""
+    import torch
+
+    from autostream.backend import backend as make_backend
+
+    measure = _default_measure(make_backend)
+    compiled, report = _compile(model, inputs, args.streams, args.solver, args.time_limit,
+                                measure)
+    with torch.no_grad():
+        for _ in range(1000):  # 2 * measure calls per candidate decide
+            if report.choice is None or not report.choice.measuring:
+                break
+            compiled(*inputs)
+    runs, why = backend_decision(report)
+    _say(f"the backend decides (measure={measure}, its default): runs {runs}: {why}")
+    return runs, why
+
+
+def _default_measure(backend_fn: Callable[..., Any]) -> int:
+    import inspect
+
+    return inspect.signature(backend_fn).parameters["measure"].default
+
+
+def _time_variants(variants: dict[str, Callable[[], Any]], repeats: int, used: int
                    ) -> tuple[dict[str, float], Load]:
     """Median us of each variant, by the experiments' method (``autostream.runtime.timing``),
-    and the machine's load meanwhile."""
+    and the machine's load meanwhile (the timing keeps ``used`` cores busy)."""
     from autostream.runtime.machine import LoadWatch
     from autostream.runtime.timing import method, time_alternating
 
     _say(f"timing: {method(repeats, WARMUP)} (the method of experiments/speedup.py)")
-    watch = LoadWatch()
+    watch = LoadWatch(used=used)
     medians = time_alternating(variants, repeats, WARMUP)
     return {k: v * 1e6 for k, v in medians.items()}, watch.load()
 
@@ -203,42 +253,45 @@ def speedup_words(measured: float, baseline: str, load: Load | None) -> str:
 
 
 def _measure(model: Any, inputs: tuple[Any, ...], args: argparse.Namespace) -> CpuRun:
-    """Compile, check outputs, and time the plan against the best single-stream run."""
+    """What the backend decides; then compile with the plan forced on, check outputs, and
+    time it against the best single-stream run."""
     import torch
 
-    from autostream.runtime.baseline import eager_candidates
+    from autostream.runtime.baseline import eager_candidates, plan_threads
     from autostream.runtime.machine import this_machine
 
+    runs, why = _decide(model, inputs, args)
     streamed, report = _compile(model, inputs, args.streams, args.solver, args.time_limit)
     if report is None:
         raise RuntimeError("the autostream pass did not run on the model")
     _say(f"pass: {report.reason}")
     single, _ = _compile(model, inputs, 1, "single", None)
     used = report.plan.schedule.streams_used if report.applied else 1
-    planned = f"autostream, {used} stream{'s' * (used > 1)}"
+    machine = this_machine()
     # eager at every intra-op thread count the plan could have used instead
     eager = {"eager": model, **eager_candidates(model, "threads", used)}
+    threads = min(machine.cores, max(machine.threads, plan_threads(used, machine.threads)))
     with torch.no_grad():
         same = all(torch.allclose(a, b, rtol=1e-4, atol=1e-5)
                    for a, b in zip(model(*inputs), streamed(*inputs), strict=True))
         med, load = _time_variants({**{k: partial(fn, *inputs) for k, fn in eager.items()},
                                     "compiled, 1 stream": lambda: single(*inputs),
-                                    planned: lambda: streamed(*inputs)}, args.repeats)
+                                    FORCED: lambda: streamed(*inputs)}, args.repeats, threads)
     base = min((*eager, "compiled, 1 stream"), key=lambda k: med[k])
-    measured = med[base] / med[planned]
+    measured = med[base] / med[FORCED]
     predicted = report.plan.predicted_speedup if report.applied else 1.0
-    machine = str(this_machine())
     _say(f"outputs equal eager: {'yes' if same else 'NO'}")
     _say(f"machine: {machine}; {load}")
-    _say("measured on CPU threads (median us): "
-         + ", ".join(f"{k} {v:,.0f}" for k, v in med.items()))
-    _say(f"{speedup_words(measured, base, load)}; predicted {predicted:.2f}x (experiments/"
-         f"speedup.py's 'measured' column is over the best of eager and Inductor, and times "
-         f"the backend's measured choice)")
+    _say(f"measured on CPU threads (median us; {FORCED}: measure=0, "
+         f"{_count(used, 'stream')}): " + ", ".join(f"{k} {v:,.0f}" for k, v in med.items()))
+    _say(f"{FORCED}: {speedup_words(measured, base, load)}; predicted {predicted:.2f}x "
+         f"(experiments/speedup.py's 'measured' column is over the best of eager and "
+         f"Inductor, and times the backend's measured choice)")
     if not report.applied:
-        return CpuRun(False, report.reason, machine=machine, load=load)
+        return CpuRun(False, report.reason, machine=str(machine), load=load, runs=runs,
+                      why=why)
     return CpuRun(True, report.reason, used, len(report.plan.syncs), measured, predicted, base,
-                  machine, load)
+                  str(machine), load, runs, why)
 
 
 def _measured_trace(model: Any, inputs: tuple[Any, ...], args: argparse.Namespace) -> None:
@@ -315,12 +368,13 @@ def _device_line(p: DevicePlan) -> str:
 
 
 def _cpu_line(r: CpuRun) -> str:
+    decided = f" The backend runs {r.runs}: {r.why}." if r.runs else ""
     if not r.applied:
-        return f"- This CPU: the GEMV model was left on one stream: {r.reason}."
-    return (f"- This CPU ({r.machine}): autostream applied {r.streams} streams with "
-            f"{_count(r.syncs, 'sync')} to the GEMV model: "
-            f"{speedup_words(r.measured, r.baseline, r.load)}; predicted {r.predicted:.2f}x. "
-            "The gain depends on the CPU: docs/cpu-runtime.md.")
+        return f"- This CPU: the GEMV model was left on one stream: {r.reason}.{decided}"
+    return (f"- This CPU ({r.machine}): autostream planned {r.streams} streams with "
+            f"{_count(r.syncs, 'sync')} for the GEMV model.{decided} Forced on (measure=0), "
+            f"the plan: {speedup_words(r.measured, r.baseline, r.load)}; predicted "
+            f"{r.predicted:.2f}x. The gain depends on the CPU: docs/cpu-runtime.md.")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -321,13 +321,15 @@ def _median_call_us(fn: Callable[[], object], timer: Any, warmup: int, repeat: i
     return statistics.median(timer.samples(fn, warmup, repeat))
 
 
-def measure_profile(device: torch.device, timer: Any, name: str,
-                    runtime_us: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> DeviceProfile:
-    """Peak FLOP/s per dtype (a square matmul), bandwidth (a large copy), launch
-    overhead (host time of a tiny op), record/wait and stream-switch costs, and
-    ``torch.compile``'s per-call cost; ``runtime_us`` is the multi-stream runtime's
-    ``(per_node, per_call, per_segment)`` (:func:`autostream.runtime.overhead.runtime_costs`)."""
+#: the most a measured f64 peak may exceed the f32 one by (no device computes f64 faster;
+#: beyond timing noise the machine was busy while one of them was timed)
+F64_OVER_F32 = 1.5
+#: peak measurements before a profile whose peaks contradict each other is refused
+PEAK_TRIES = 3
 
+
+def measure_peaks(device: torch.device, timer: Any) -> dict[str, float]:
+    """Peak FLOP/s per dtype this device runs: a square matmul's."""
     peaks = {}
     for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
         # CPUs without native half-precision units run those dtypes ~50x slower: keep it short
@@ -339,6 +341,53 @@ def measure_profile(device: torch.device, timer: Any, name: str,
             peaks[dtype_short(dtype)] = 2 * n**3 / (t * 1e-6)
         except Exception:  # noqa: BLE001 - dtype unsupported on this device
             continue
+    return peaks
+
+
+def peak_contradiction(peaks: dict[str, float]) -> str | None:
+    """Why measured peaks contradict each other, in words (``None``: they do not).
+
+    >>> peak_contradiction({"f32": 13.7e9, "f64": 107e9})
+    'the f64 peak (107.0 GFLOP/s) is 7.8x the f32 peak (13.7 GFLOP/s): no device computes f64 faster than f32'
+    >>> peak_contradiction({"f32": 60e9, "f64": 31e9}) is None
+    True
+    """
+    f32, f64 = peaks.get("f32"), peaks.get("f64")
+    if not f32 or not f64 or f64 <= F64_OVER_F32 * f32:
+        return None
+    return (f"the f64 peak ({f64 / 1e9:.1f} GFLOP/s) is {f64 / f32:.1f}x the f32 peak "
+            f"({f32 / 1e9:.1f} GFLOP/s): no device computes f64 faster than f32")
+
+
+def checked_peaks(measure: Callable[[], dict[str, float]], tries: int = PEAK_TRIES
+                  ) -> dict[str, float]:
+    """``measure()``'s peaks, measured again while they contradict each other (a stall of
+    the machine during one dtype's timing), up to ``tries`` times; then refused.
+
+    >>> checked_peaks(lambda: {"f32": 13.7e9, "f64": 107e9})
+    Traceback (most recent call last):
+    ...
+    ValueError: device profile refused: the f64 peak (107.0 GFLOP/s) is 7.8x the f32 peak (13.7 GFLOP/s): no device computes f64 faster than f32, in 3 measurements; the machine was busy while they were timed: calibrate on a quiet machine (`--threads 1 --runs 3` steady a shared one)
+    """
+    for _ in range(max(1, tries)):
+        peaks = measure()
+        why = peak_contradiction(peaks)
+        if why is None:
+            return peaks
+    raise ValueError(f"device profile refused: {why}, in {max(1, tries)} measurements; the "
+                     f"machine was busy while they were timed: calibrate on a quiet machine "
+                     f"(`--threads 1 --runs 3` steady a shared one)")
+
+
+def measure_profile(device: torch.device, timer: Any, name: str,
+                    runtime_us: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> DeviceProfile:
+    """Peak FLOP/s per dtype (a square matmul: :func:`measure_peaks`, refused where they
+    contradict each other: :func:`checked_peaks`), bandwidth (a large copy), launch
+    overhead (host time of a tiny op), record/wait and stream-switch costs, and
+    ``torch.compile``'s per-call cost; ``runtime_us`` is the multi-stream runtime's
+    ``(per_node, per_call, per_segment)`` (:func:`autostream.runtime.overhead.runtime_costs`)."""
+
+    peaks = checked_peaks(lambda: measure_peaks(device, timer))
     numel = (8 << 20) if device.type == "cpu" else (256 << 20)
     x = torch.empty(numel, device=device)
     y = torch.empty_like(x)

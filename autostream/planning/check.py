@@ -11,9 +11,12 @@ out of the simulation (the op runs when its stream gets to it, as on the device)
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +47,8 @@ if TYPE_CHECKING:
 
 #: TorchAir's ``config.mode`` of each target (``None``: CUDA events)
 TORCHAIR_MODE = {"cuda": None, "ge": GE_MODE, "acl": "reduce-overhead"}
+
+log = logging.getLogger("autostream")
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,9 @@ class HandCheck:
     placement: HandPlacement = field(repr=False, compare=False)
     #: the cost table of the four times, in words (``cost.label.table_label``)
     cost_table: str = ""
+    #: what the predicted times rest on beyond the table's entries (collectives' link
+    #: fits scaled to another world size, ...: ``Plan.comm_notes``)
+    notes: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -104,6 +112,7 @@ class HandCheck:
             "bound_us": self.bound_us,
             "single_stream_us": self.single_stream_us,
             "stream_ops_read": list(self.placement.kinds),
+            "notes": list(self.notes),
         }
 
     def summary(self) -> str:
@@ -122,6 +131,7 @@ class HandCheck:
                      f"{self.autostream_us:.1f} us ({self.plan.schedule.streams_used} "
                      f"stream(s)), bound {self.bound_us:.1f} us, one stream "
                      f"{self.single_stream_us:.1f} us")
+        lines += [f"  note: {n}" for n in self.notes]
         if self.cost_table:
             lines.append(f"  cost table: {self.cost_table}")
         return "\n".join(lines)
@@ -210,11 +220,13 @@ def check_placement(gm: torch.fx.GraphModule, mode: str, options: PlanOptions,
     placement = read_placement(gm, mode)
     acl = mode == "acl"
     streams = max(options.max_streams, placement.streams_used)
-    plan = plan_graph(placement.graph, dataclasses.replace(options, max_streams=streams),
-                      cost_model, acl_reinplace_hazards if acl else
-                      ge_output_ref_edges if mode == "ge" else None,
-                      acl_scope_overhead_us(cost_model.sync_latency_us) if acl else 0.0,
-                      GE_PLACEMENT if mode == "ge" and ge_placement else None)
+    with _notes_told_in_summary() as told:
+        plan = plan_graph(placement.graph, dataclasses.replace(options, max_streams=streams),
+                          cost_model, acl_reinplace_hazards if acl else
+                          ge_output_ref_edges if mode == "ge" else None,
+                          acl_scope_overhead_us(cost_model.sync_latency_us) if acl else 0.0,
+                          GE_PLACEMENT if mode == "ge" and ge_placement else None)
+        told.update(plan.comm_notes)
     deps = plan.op_graph
     written = torch.fx.GraphModule(placement.graph, copy.deepcopy(placement.graph.graph))
     rewrite_graph(written, placement.schedule(), placement.syncs)
@@ -230,7 +242,30 @@ def check_placement(gm: torch.fx.GraphModule, mode: str, options: PlanOptions,
         mode, _races(placement, deps, unordered), (*placement.problems, *problems),
         tuple(placement.labels[s] for s in comm_streams) if len(comm_streams) > 1 else (),
         placement.streams_used, verified.checked["dependences"], hand_us, plan.predicted_us,
-        plan.schedule.lower_bound, plan.single_stream_us, plan, placement, cost_table)
+        plan.schedule.lower_bound, plan.single_stream_us, plan, placement, cost_table,
+        plan.comm_notes)
+
+
+@contextlib.contextmanager
+def _notes_told_in_summary() -> Iterator[set[str]]:
+    """Hold back the ``autostream`` log records made inside; at the end let through those
+    whose message is not ``autostream: NOTE`` for a note added to the yielded set (the
+    check's summary tells those, once, beside the times they qualify)."""
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        held.append(record)
+        return False
+
+    told: set[str] = set()
+    log.addFilter(hold)
+    try:
+        yield told
+    finally:
+        log.removeFilter(hold)
+        for record in held:
+            if record.getMessage().removeprefix("autostream: ") not in told:
+                log.handle(record)
 
 
 def _relabel(problem: str, side: dict[int, str]) -> str:
@@ -271,8 +306,11 @@ def check(gm: torch.fx.GraphModule, mode: str = "cuda", cost_table: Any = None,
         model = load_cost_model(cost_table)
     named = (cost_table if isinstance(cost_table, (str, os.PathLike)) or cost_table is None
              else getattr(getattr(model, "table", None), "source", type(model).__name__))
-    return check_placement(gm, mode, options, model, ge_placement,
-                           table_label(model, named, device))
+    label = table_label(model, named, device)
+    if cost_table is None and TORCHAIR_MODE[mode] is not None:  # not the graph's device
+        label = label.replace(f"the default of {device} graphs",
+                              f"the default of mode {mode!r}: TorchAir's target, Ascend", 1)
+    return check_placement(gm, mode, options, model, ge_placement, label)
 
 
 __all__ = ["MAIN", "HandCheck", "Race", "TORCHAIR_MODE", "check", "check_placement",

@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 log = logging.getLogger("autostream")
@@ -35,6 +36,11 @@ class _Latest:
         self._ref: weakref.ref | None = None
         self._lock = threading.Lock()
 
+    @property
+    def told(self) -> bool:
+        """Whether any report was set in this process."""
+        return self._ref is not None
+
     def set(self, report: Any) -> None:
         with self._lock:
             self._ref = weakref.ref(report)
@@ -46,10 +52,41 @@ class _Latest:
 
 _LATEST = _Latest()
 
+#: what ``last_report()`` says before the first report, and once its graph is gone
+NOT_COMPILED = ("autostream: no graph compiled yet in this process: torch.compile compiles "
+                "a model at its first call (call the compiled model, then ask again)")
+GONE = ("autostream: the latest report is gone with what it described (the compiled model "
+        "or the pass was deleted, or torch._dynamo.reset() ran)")
+
+
+@dataclass(frozen=True)
+class NoReport:
+    """What ``last_report()`` returns when there is no report to give: false in a test, with
+    a ``summary()`` that says why, and nothing applied.
+
+    >>> report = NoReport(NOT_COMPILED)
+    >>> bool(report), report.applied, report.summary()[:46]
+    (False, False, 'autostream: no graph compiled yet in this proc')
+    """
+
+    reason: str
+    applied: bool = False
+    plan: None = None
+
+    def __bool__(self) -> bool:
+        return False
+
+    def summary(self) -> str:
+        return self.reason
+
+    def figures(self) -> dict[str, Any]:
+        return {"applied": False, "reason": self.reason}
+
 
 def last_report() -> Any:
     """The most recent report of any ``AutoStreamPass`` or ``autostream.backend`` in this
-    process (``None`` before the first, or once what it described is gone).
+    process; before the first (``torch.compile`` compiles at the model's first call), or
+    once what it described is gone, a false :class:`NoReport` whose summary says so.
 
     >>> import torch, autostream
     >>> compiled = torch.compile(torch.nn.Linear(4, 4), backend="autostream")
@@ -61,7 +98,7 @@ def last_report() -> Any:
     >>> report.applied, "cost table 'cpu' (the default of cpu graphs" in report.summary()
     (False, True)
     """
-    return _LATEST.get()
+    return _LATEST.get() or NoReport(GONE if _LATEST.told else NOT_COMPILED)
 
 
 def verbose() -> bool:

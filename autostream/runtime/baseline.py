@@ -162,5 +162,5 @@ def baseline_text(choice: MeasuredChoice, names: tuple[str, ...], caller_threads
         text += f" (the caller's {threads} intra-op thread{'s' * (threads != 1)})"
     plan = next((n for n in ("streams", "graph") if n in timings), None)
     if plan is not None:
-        text += f"; {plan} {timings[name].median / timings[plan].median:.2f}x as fast"
+        text += f"; {plan} {timings[name].median / timings[plan].median:.2f}x as fast as it"
     return text + (f"; {choice.load}" if choice.load is not None else "")

@@ -11,7 +11,8 @@ against eager with ``trials=5``), however short the calls are.
 Each candidate's times give a median and a spread (the median absolute deviation).
 The decision compares each candidate with the ``default`` (the single-stream graph)
 round by round: a candidate replaces the default only when the median of its per-round
-time ratios, plus their spread, is below ``1 - margin`` (``MARGIN``: 5% faster).  A
+time ratios, plus their spread, is below ``1 - margin`` (``MARGIN``: 5% faster).  Every
+figure in words is a speed-up over the default (its time over the candidate's).  A
 stall of the machine spoils one round's ratio, not the median (with 3 rounds or more:
 fewer rounds trust every one), and a close race keeps the default.
 
@@ -109,12 +110,14 @@ def decide(samples: Mapping[str, list[float]], default: str, margin: float
            ) -> tuple[str, str]:
     """The candidate to keep and why, from per-round samples (round ``i`` is every
     candidate's ``i``-th sample): the default unless another's median per-round ratio to it,
-    plus the ratios' spread, is below ``1 - margin``.
+    plus the ratios' spread, is below ``1 - margin``.  The reason gives that candidate's
+    speed-up over the default (the default's time over its own: above 1 is faster), and
+    the speed-up less the rounds' spread, which is what must clear the margin.
 
     >>> decide({"eager": [200, 200, 60000], "streams": [150, 150, 150]}, "eager", 0.05)
-    ('streams', 'streams 0.75x of eager (+- 0.00 over 3 rounds) clears the 5% margin')
-    >>> decide({"eager": [200, 60000, 200], "streams": [390, 390, 390]}, "eager", 0.05)[0]
-    'eager'
+    ('streams', 'streams 1.33x as fast as eager (1.33x less the spread of 3 rounds) clears the 5% margin')
+    >>> decide({"eager": [200, 60000, 200], "streams": [390, 390, 390]}, "eager", 0.05)
+    ('eager', 'streams 0.51x as fast as eager (0.51x less the spread of 3 rounds) does not clear the 5% margin')
     """
     base = samples[default]
     scored = []  # (median ratio + spread, median ratio, spread, name)
@@ -127,11 +130,20 @@ def decide(samples: Mapping[str, list[float]], default: str, margin: float
     if not scored:
         return default, f"nothing measured against {default}"
     _, best_ratio, best_spread, best = min(scored)
-    rounds = len(base)
-    how = (f"{best} {best_ratio:.2f}x of {default} (+- {best_spread:.2f} over {rounds} rounds)")
+    how = (f"{best} {speedup(best_ratio):.2f}x as fast as {default} "
+           f"({speedup(best_ratio + best_spread):.2f}x less the spread of {len(base)} rounds)")
     if best_ratio + best_spread < 1 - margin:
         return best, f"{how} clears the {100 * margin:.0f}% margin"
-    return default, f"{how} does not clear the {100 * margin:.0f}% margin: {default} kept"
+    return default, f"{how} does not clear the {100 * margin:.0f}% margin"
+
+
+def speedup(ratio: float) -> float:
+    """A time ratio (candidate over default) as a speed-up over the default.
+
+    >>> speedup(0.8), speedup(0.0)
+    (1.25, inf)
+    """
+    return 1 / ratio if ratio > 0 else float("inf")
 
 
 class MeasuredChoice:
@@ -225,7 +237,8 @@ class MeasuredChoice:
         return self.choice is None or self._phase is not None
 
     def describe(self) -> str:
-        """The choice in words: timings, the candidate kept and why, the re-checks.
+        """The choice in words: timings, the variant that now runs and why (the best
+        candidate's speed-up over the default against the margin), the re-checks.
 
         >>> MeasuredChoice({"streams": abs, "eager": abs}, trials=5, default="eager").describe()
         'measuring: streams against eager in 5 interleaved rounds (20 calls)'
@@ -234,12 +247,12 @@ class MeasuredChoice:
             return (f"measuring: {' against '.join(self._names)} in {self.trials} interleaved "
                     f"rounds ({len(self.schedule)} calls)")
         if len(self.candidates) == 1:
-            return f"{self.choice} (single candidate, not measured)"
+            return f"runs {self.choice} (single candidate, not measured)"
         times = ", ".join(f"{n} {t}" for n, t in self.timings.items())
         checks = (f"; re-checked {self.rechecks} times, {self.switches} switches"
                   if self.rechecks else "")
         return (f"measured over {self.trials} interleaved rounds ({self.calls_to_decision} "
-                f"calls): {times}; kept {self.choice}: {self.reason}{checks}")
+                f"calls): {times}; runs {self.choice}: {self.reason}{checks}")
 
     def __call__(self, *args: Any) -> Any:
         with self._lock:
@@ -310,9 +323,9 @@ class MeasuredChoice:
             self._phase = None
             if choice != kept:
                 self.switches += 1
-                self.choice, self.reason = choice, f"re-check: {why}"
+                self.choice, self.reason = choice, f"re-check against {kept}: {why}"
                 self._interval = self._recheck_after
-                log.info("autostream: re-check of %s: %s; now keeping %s", kept, why, choice)
+                log.info("autostream: re-check of %s: %s; now runs %s", kept, why, choice)
             elif self._interval is not None:
                 self._interval = min(2 * self._interval, RECHECK_MAX)
         self._since = 0

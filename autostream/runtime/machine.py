@@ -9,12 +9,15 @@ figure timed while the machine was :attr:`Load.busy` is printed marked unreliabl
 the reason, never as a result.
 
 **Busy** (defined here only): during the timing, other processes (and, on a VM, the
-hypervisor's steal) kept more than ``BUSY_SHARE`` of the cores busy on average: the CPU
-time ``/proc/stat`` counts on all cores, less this process's own (all its threads).  The
-1-minute load average cannot tell on its own: it counts this process's threads, which a
-timing keeps busy.  Where ``/proc/stat`` cannot be read, or the timing was shorter than
-``MIN_WINDOW_S`` (its counters tick every 10 ms), the rule falls back on the load average
-before the timing: busy above ``BUSY_LOAD`` of the cores.
+hypervisor's steal) took more than ``BUSY_SHARE`` of the cores the timing uses
+(:attr:`Load.used`: its threads, by default every core).  Other processes may keep the
+cores the timing leaves idle busy; beyond those, each core they hold is one the timing
+needed.  Their CPU time is what ``/proc/stat`` counts on all cores, less this process's
+own (all its threads), on average over the timing.  The 1-minute load average cannot tell
+on its own: it counts this process's threads, which a timing keeps busy.  Where
+``/proc/stat`` cannot be read, or the timing was shorter than ``MIN_WINDOW_S`` (its
+counters tick every 10 ms), the rule falls back on the load average before the timing:
+busy above the idle cores plus ``BUSY_LOAD`` of the used ones.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from typing import Any
 
 import torch
 
-#: cores other processes may keep busy, on average during a timing, as a share of all
-BUSY_SHARE = 0.25
-#: the 1-minute load average before a timing, as a share of the cores, above which a
-#: machine is busy where the CPU time of other processes cannot be read
+#: the share of the cores a timing uses that other processes may take, on average during
+#: it, beyond the cores it leaves idle
+BUSY_SHARE = 0.1
+#: the 1-minute load average before a timing, beyond the idle cores, as a share of the
+#: cores the timing uses, above which a machine is busy where the CPU time of other
+#: processes cannot be read
 BUSY_LOAD = 0.5
 #: the shortest timing whose other processes' CPU time is read (``/proc/stat`` ticks 10 ms)
 MIN_WINDOW_S = 0.2
@@ -124,6 +129,11 @@ class Load:
     (False, 'load average 0.4 -> 1.6 on 2 cores; other processes 0.05 cores during the timing')
     >>> Load(2, 3.1, 3.4, 1.3, 30.0).reason
     'busy: other processes kept 1.30 of 2 cores busy during the timing (load average 3.1 -> 3.4 on 2 cores)'
+
+    A timing on 2 of 8 cores leaves 6 to other processes:
+
+    >>> Load(8, 6.0, 6.0, 5.5, 30.0, used=2).busy, Load(8, 6.0, 6.0, 6.5, 30.0, used=2).busy
+    (False, True)
     """
 
     cores: int
@@ -134,10 +144,14 @@ class Load:
     others: float | None
     #: the timing's length, seconds
     seconds: float
+    #: cores the timing itself keeps busy (its threads; ``None``: every core)
+    used: int | None = None
 
     @classmethod
-    def between(cls, start: Reading, end: Reading, cores: int | None = None) -> Load:
-        """The load from ``start`` to ``end`` (two :func:`read` results).
+    def between(cls, start: Reading, end: Reading, cores: int | None = None,
+                used: int | None = None) -> Load:
+        """The load from ``start`` to ``end`` (two :func:`read` results) of a timing on
+        ``used`` of the ``cores`` (``None``: all).
 
         >>> a, b = Reading(0.0, 0.5, 100.0, 10.0), Reading(10.0, 1.9, 124.0, 22.0)
         >>> Load.between(a, b, cores=2).others  # 24 s busy, 12 of them this process's
@@ -149,24 +163,38 @@ class Load:
         if start.busy_s is not None and end.busy_s is not None and seconds >= MIN_WINDOW_S:
             spent = (end.busy_s - start.busy_s) - (end.own_s - start.own_s)
             others = round(min(float(cores), max(0.0, spent / seconds)), 3)
-        return cls(cores, start.load1, end.load1, others, seconds)
+        return cls(cores, start.load1, end.load1, others, seconds, used)
+
+    @property
+    def timing_cores(self) -> int:
+        """Cores the timing uses: :attr:`used`, at most every core."""
+        return max(1, min(self.cores, self.used or self.cores))
 
     @property
     def busy(self) -> bool:
-        """Whether the figure is unreliable (the rule in the module docstring)."""
+        """Whether the figure is unreliable (the rule in the module docstring).
+
+        >>> Load(2, 0.5, 0.5, 0.46, 9.0).busy  # 23% of the timing's 2 cores
+        True
+        """
+        idle = self.cores - self.timing_cores
         if self.others is not None:
-            return self.others > BUSY_SHARE * self.cores
-        return self.before is not None and self.before > BUSY_LOAD * self.cores
+            return self.others > idle + BUSY_SHARE * self.timing_cores
+        return self.before is not None and self.before > idle + BUSY_LOAD * self.timing_cores
 
     @property
     def reason(self) -> str:
         """Why the figure is unreliable, in words ("" when the machine was not busy)."""
         if not self.busy:
             return ""
+        on = (f", which used {self.timing_cores} of them" if self.timing_cores < self.cores
+              else "")
         if self.others is not None:
             return (f"busy: other processes kept {self.others:.2f} of {self.cores} cores busy "
-                    f"during the timing (load average {self._loads()} on {self.cores} cores)")
-        return f"busy: load average {self._loads()} on {self.cores} cores before the timing"
+                    f"during the timing{on} (load average {self._loads()} on {self.cores} "
+                    f"cores)")
+        return (f"busy: load average {self._loads()} on {self.cores} cores before the "
+                f"timing{on}")
 
     def _loads(self) -> str:
         if self.before is None:
@@ -184,14 +212,14 @@ class Load:
         """The load as JSON-ready figures.
 
         >>> Load(2, 0.4, None, None, 0.1).figures()
-        {'cores': 2, 'load_before': 0.4, 'load_after': None, 'others_cores': None, 'seconds': 0.1, 'busy': False}
+        {'cores': 2, 'used_cores': 2, 'load_before': 0.4, 'load_after': None, 'others_cores': None, 'seconds': 0.1, 'busy': False}
         """
         def rounded(x: float | None) -> float | None:
             return None if x is None else round(x, 2)
 
-        return {"cores": self.cores, "load_before": rounded(self.before),
-                "load_after": rounded(self.after), "others_cores": self.others,
-                "seconds": round(self.seconds, 3), "busy": self.busy}
+        return {"cores": self.cores, "used_cores": self.timing_cores,
+                "load_before": rounded(self.before), "load_after": rounded(self.after),
+                "others_cores": self.others, "seconds": round(self.seconds, 3), "busy": self.busy}
 
 
 def worst(loads: Iterable[Load | None]) -> Load | None:
@@ -208,16 +236,18 @@ def worst(loads: Iterable[Load | None]) -> Load | None:
 
 
 class LoadWatch:
-    """Reads the machine when made; :meth:`load` is the load since.
+    """Reads the machine when made; :meth:`load` is the load since, of a timing on
+    ``used`` of the ``cores`` (``None``: all).
 
     >>> readings = iter([Reading(0.0, 0.1, 0.0, 0.0), Reading(1.0, 0.1, 1.9, 0.5)])
     >>> LoadWatch(lambda: next(readings), cores=2).load().busy  # 1.4 cores of others
     True
     """
 
-    def __init__(self, reader: Callable[[], Reading] = read, cores: int | None = None):
-        self._reader, self._cores = reader, cores
+    def __init__(self, reader: Callable[[], Reading] = read, cores: int | None = None,
+                 used: int | None = None):
+        self._reader, self._cores, self._used = reader, cores, used
         self._start = reader()
 
     def load(self) -> Load:
-        return Load.between(self._start, self._reader(), self._cores)
+        return Load.between(self._start, self._reader(), self._cores, self._used)
