@@ -86,7 +86,9 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     ``fallback="inductor"`` also compiles the graph with Inductor (``torch.compile``'s
     default compiler; seconds of compilation per graph) and measures it too: the backend then keeps the fastest
     of plan, eager graph and Inductor, and never loses to plain ``torch.compile``
-    by more than the measurement noise.  ``deterministic=True``: the threads runtime
+    by more than the measurement noise; on the graph runtime Inductor compiles with CUDA
+    graphs (``mode="reduce-overhead"``), and a plan that measured slower than it is never
+    kept.  ``deterministic=True``: the threads runtime
     runs every op, on every stream, with the intra-op thread count eager would give
     it (the caller's ``torch.get_num_threads()``), so reductions split their work as
     eager does and the outputs are bit for bit those of Dynamo's graph run on one
