@@ -323,8 +323,8 @@ def run_case(case: Case, device: torch.device, table: Any, streams: int, rounds:
         plan_backend = Collecting(autostream.backend(runtime="graph", max_streams=streams,
                                                      measure=0, cost_table=table))
         planned = _compile(model, plan_backend)
-        auto_backend = autostream.backend(runtime="auto", max_streams=streams,
-                                          measure=MEASURE, cost_table=table)
+        auto_backend = Collecting(autostream.backend(runtime="auto", max_streams=streams,
+                                                     measure=MEASURE, cost_table=table))
         auto = _compile(model, auto_backend)
         first = _outputs(graph1(*inputs))
         ours = _outputs(planned(*inputs))
@@ -353,6 +353,7 @@ def run_case(case: Case, device: torch.device, table: Any, streams: int, rounds:
         row.runners.update(described)
         row.not_captured += why
     row.captured = not row.not_captured
+    row.runners.update(capture_check("auto", auto_backend.reports)[0])  # told, not judged
     figure = {name: statistics.median(v) for name, v in per_round.items()}
     row.eager_us = figure["eager"]
     row.inductor_ro_us = figure.get("inductor_ro")

@@ -46,6 +46,7 @@ def test_the_experiment_writes_one_row_per_case_with_the_issues_keys(monkeypatch
         assert r["captured"] is True and r["not_captured"] == []
         assert any(k.startswith("autostream") for k in r["runners"])
         assert any(k.startswith("graph1") for k in r["runners"])
+        assert any(k.startswith("auto") for k in r["runners"])
         assert all(d.startswith("captured 1 graph") for d in r["runners"].values())
     assert data["complete"] is True and data["failed"] == data["skipped"] == []
     lines = (tmp_path / "cuda_graphs.jsonl").read_text().splitlines()
