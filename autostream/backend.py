@@ -86,7 +86,9 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     ``fallback="inductor"`` also compiles the graph with Inductor (``torch.compile``'s
     default compiler; seconds of compilation per graph) and measures it too: the backend then keeps the fastest
     of plan, eager graph and Inductor, and never loses to plain ``torch.compile``
-    by more than the measurement noise.  ``deterministic=True``: the threads runtime
+    by more than the measurement noise; on the graph runtime Inductor compiles with CUDA
+    graphs (``mode="reduce-overhead"``), and a plan that measured slower than it is never
+    kept.  ``deterministic=True``: the threads runtime
     runs every op, on every stream, with the intra-op thread count eager would give
     it (the caller's ``torch.get_num_threads()``), so reductions split their work as
     eager does and the outputs are bit for bit those of Dynamo's graph run on one
@@ -237,16 +239,20 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         if applied:  # eager at the plan's other thread counts (runtime/baseline.py)
             singles.update(eager_candidates(gm.forward, report.runtime, report.streams_used,
                                             deterministic))
-        if fallback == "inductor":
-            singles["inductor"] = _inductor(gm, example_inputs)
+        if fallback == "inductor":  # on the graph runtime, Inductor with CUDA graphs too
+            singles["inductor"] = _inductor(
+                gm, example_inputs, "reduce-overhead" if report.runtime == "graph" else "default",
+                report.device, graph_outputs)
         if not applied and (len(singles) == 1 or measure == 0):
             report.kept, report.not_measured = default, "no plan to measure"
             return singles[default]
         report.baselines = tuple(singles)
         plan_name = "graph" if report.runtime == "graph" else "streams"
         candidates = {plan_name: compiled, **singles} if applied else singles
+        floors = {plan_name: "inductor"} if applied and fallback == "inductor" else None
         choice = MeasuredChoice(candidates, trials=measure, default=default,
-                                on_choice=lambda *_: _chosen(report), read_machine=read_machine)
+                                on_choice=lambda *_: _chosen(report), read_machine=read_machine,
+                                floors=floors)
         report.choice = choice
         choices.append(choice)
         return choice
@@ -496,10 +502,27 @@ def _holding(fn: Callable, report: BackendReport) -> Callable:
         return run
 
 
-def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable:
-    from torch._inductor.compile_fx import compile_fx  # imported on use: heavy
+def _inductor(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], mode: str = "default",
+              device: str = "cpu", outputs: str = "fresh") -> Callable:
+    """Inductor's compiled graph.  ``mode="reduce-overhead"`` on a CUDA device compiles it
+    as ``torch.compile(mode="reduce-overhead")`` does (CUDA graph trees), the alternative a
+    GPU user has to the graph runtime; with ``outputs="fresh"`` its outputs are cloned, as
+    the trees overwrite them on the next replay (the graph runtime copies its own too).
+    Elsewhere plain Inductor: the CPU has no CUDA graphs."""
+    from torch._inductor import list_mode_options  # imported on use: heavy
+    from torch._inductor.compile_fx import compile_fx
+    from torch.utils._pytree import tree_map_only
 
-    return compile_fx(gm, list(example_inputs))
+    if mode != "reduce-overhead" or device != "cuda":
+        return compile_fx(gm, list(example_inputs))
+    compiled = compile_fx(gm, list(example_inputs), config_patches=list_mode_options(mode))
+    if outputs != "fresh":
+        return compiled
+
+    def fresh(*args: Any) -> Any:
+        return tree_map_only(torch.Tensor, torch.clone, compiled(*args))
+
+    return fresh
 
 
 def _needs_autograd(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool:

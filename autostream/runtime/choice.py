@@ -14,7 +14,10 @@ round by round: a candidate replaces the default only when the median of its per
 time ratios, plus their spread, is below ``1 - margin`` (``MARGIN``: 5% faster).  Every
 figure in words is a speed-up over the default (its time over the candidate's).  A
 stall of the machine spoils one round's ratio, not the median (with 3 rounds or more:
-fewer rounds trust every one), and a close race keeps the default.
+fewer rounds trust every one), and a close race keeps the default.  ``floors`` bound a
+candidate by another (the plan by Inductor with ``fallback="inductor"``): a candidate
+that measured slower than its floor (the median of their per-round ratios above 1) is
+never kept; its floor is, even where the floor alone would not have cleared the margin.
 
 **Re-checks.**  After ``recheck_after`` calls (then twice as many, up to
 ``RECHECK_MAX``) the kept candidate is timed again against the runner-up, in
@@ -106,11 +109,12 @@ def rounds_schedule(names: list[str], rounds: int) -> list[tuple[str, bool]]:
     return out
 
 
-def decide(samples: Mapping[str, list[float]], default: str, margin: float
-           ) -> tuple[str, str]:
+def decide(samples: Mapping[str, list[float]], default: str, margin: float,
+           floors: Mapping[str, str] | None = None) -> tuple[str, str]:
     """The candidate to keep and why, from per-round samples (round ``i`` is every
     candidate's ``i``-th sample): the default unless another's median per-round ratio to it,
-    plus the ratios' spread, is below ``1 - margin``.  The reason gives that candidate's
+    plus the ratios' spread, is below ``1 - margin``; a candidate kept that measured slower
+    than its floor (``floors[name]``, when measured too) gives way to the floor.  The reason gives that candidate's
     speed-up over the default (the default's time over its own: above 1 is faster), and
     the speed-up less the rounds' spread, which is what must clear the margin.
 
@@ -118,7 +122,23 @@ def decide(samples: Mapping[str, list[float]], default: str, margin: float
     ('streams', 'streams 1.33x as fast as eager (1.33x less the spread of 3 rounds) clears the 5% margin')
     >>> decide({"eager": [200, 60000, 200], "streams": [390, 390, 390]}, "eager", 0.05)
     ('eager', 'streams 0.51x as fast as eager (0.51x less the spread of 3 rounds) does not clear the 5% margin')
+    >>> decide({"g1": [100] * 3, "graph": [80] * 3, "inductor": [70, 90, 78]}, "g1", 0.05,
+    ...        floors={"graph": "inductor"})[1].split("; ")[1]
+    'but graph is 0.98x as fast as inductor, its floor: inductor runs'
     """
+    choice, why = _decide(samples, default, margin)
+    floor = (floors or {}).get(choice)
+    if floor is None or floor not in samples or floor == choice:
+        return choice, why
+    ratios = [t / f for t, f in zip(samples[choice], samples[floor]) if f > 0]
+    if ratios and statistics.median(ratios) > 1:
+        return floor, (f"{why}; but {choice} is {speedup(statistics.median(ratios)):.2f}x as "
+                       f"fast as {floor}, its floor: {floor} runs")
+    return choice, why
+
+
+def _decide(samples: Mapping[str, list[float]], default: str, margin: float
+            ) -> tuple[str, str]:
     base = samples[default]
     scored = []  # (median ratio + spread, median ratio, spread, name)
     for name, times in samples.items():
@@ -174,6 +194,7 @@ class MeasuredChoice:
         recheck_after: int | None = RECHECK_AFTER,
         sleep: Callable[[float], None] = time.sleep,
         read_machine: Callable[[], Reading] | None = None,
+        floors: Mapping[str, str] | None = None,
     ) -> None:
         if not candidates:
             raise ValueError("MeasuredChoice needs at least one candidate")
@@ -195,6 +216,12 @@ class MeasuredChoice:
             raise ValueError(f"default {self.default!r} is not a candidate "
                              f"({', '.join(self._names)})")
         self.margin = margin
+        #: a candidate is never kept where it measured slower than its floor (``decide``)
+        self.floors = dict(floors or {})
+        bad = [n for pair in self.floors.items() for n in pair if n not in self.candidates]
+        if bad:
+            raise ValueError(f"floors name {', '.join(map(repr, bad))}, not a candidate "
+                             f"({', '.join(self._names)})")
         #: (candidate, timed) for each call of the current measuring phase, in order
         self.schedule: list[tuple[str, bool]] = rounds_schedule(self._names, trials)
         self.samples: dict[str, list[float]] = {name: [] for name in self.candidates}
@@ -308,7 +335,8 @@ class MeasuredChoice:
 
     def _finish_phase(self) -> None:
         if self._phase is None:  # the first decision
-            self.choice, self.reason = decide(self.samples, self.default, self.margin)
+            self.choice, self.reason = decide(self.samples, self.default, self.margin,
+                                              self.floors)
             self.calls_to_decision = self._calls
             if self._load_start is not None:
                 self.load = Load.between(self._load_start, self._read_machine())
@@ -319,7 +347,7 @@ class MeasuredChoice:
         else:
             kept = self.choice
             self.rechecks += 1
-            choice, why = decide(self._phase, kept, self.margin)
+            choice, why = decide(self._phase, kept, self.margin, self.floors)
             self._phase = None
             if choice != kept:
                 self.switches += 1
