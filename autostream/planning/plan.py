@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +19,8 @@ from autostream.fx.capture import capture_graphs
 from autostream.fx.graph import OpGraph, build_op_graph
 from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
 from autostream.memory.predict import GraphMemory
-from autostream.planning.evaluate import FitInputs, evaluate
-from autostream.planning.fit import PlanMemory, fit_plan
+from autostream.planning.evaluate import Candidate, FitInputs, evaluate
+from autostream.planning.fit import FALLBACK_SOLVERS, PlanMemory, fit_plan
 from autostream.scheduling.placement import Placement
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import Schedule, Sync
@@ -150,6 +150,8 @@ class Plan:
     core_budgets: Mapping[int, float] = field(default_factory=dict)
     #: the runtime the predictions are for (``autostream.cost.runtime_target``)
     runtime: str = ""
+    #: every plan weighed, timed as it would run; the plan is the fastest eligible one
+    weighed: tuple[Weighed, ...] = ()
 
     @property
     def predicted_speedup(self) -> float:
@@ -316,38 +318,33 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
     fit = FitInputs(op_graph, split_problem, GraphMemory.from_graph(gm), options.solver,
                     _resolve_options(options.solver, solver_options, len(split_problem.graph)),
                     costs, place)
-    chosen = single_plan = evaluate(fit, single, problem)
+    single_plan = evaluate(fit, single, problem)
     budget = options.memory_budget
     limit = budget.limit(single_plan.memory.peak_bytes) if budget is not None else None
     notes: list[str] = []
     watch.lap("syncs")
-    bar = single_plan.predicted_us * (1 - MIN_RELATIVE_GAIN)
+    choice = _Choice(fit, single_plan, limit, scope_overhead_us, notes)
     if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
         solved = get_solver(options.solver)(split_problem, **solver_options)
         watch.lap("solve")
-        how = f"{options.solver} plan" + (f" {place.label}" if place is not None else "")
-        candidate = evaluate(fit, solved, split_problem, how=how)
+        label = f" {place.label}" if place is not None else ""
+        candidate = evaluate(fit, solved, split_problem, how=f"{options.solver} plan{label}")
         if options.core_budgets:
             budgeted, note = with_core_budgets(fit, candidate, cost_model,
                                                         solver_options)
             notes += [note] if note else []
             candidate = budgeted or candidate
             watch.lap("solve")
-        if candidate.schedule.streams_used > 1 and candidate.predicted_us < bar:
-            chosen, fit_notes = fit_plan(fit, candidate, single_plan, limit, MIN_RELATIVE_GAIN)
-            notes += fit_notes
-        else:
-            notes.append(_not_faster_note(candidate, single_plan.predicted_us, costs))
+        rivals = [evaluate(fit, s, split_problem, how=f"{s.solver} plan{label}")
+                  for s in _portfolio(options.solver, split_problem, solved)]
+        watch.lap("solve")
+        choice.weigh_streams(candidate, rivals)
         watch.lap("syncs")
     if transfers:
         overlapped = get_solver("overlap")(problem)
         watch.lap("solve")
-        reordered = evaluate(fit, overlapped, problem, how="collectives overlapped on one stream")
-        if (reordered.predicted_us < min(bar, chosen.predicted_us)
-                and (limit is None or reordered.memory.bound_bytes <= limit)):
-            chosen = reordered
-    if scope_overhead_us > 0 and chosen.schedule.streams_used > 1:
-        chosen = _scopes_grouped(fit, chosen, limit, notes)
+        choice.weigh(evaluate(fit, overlapped, problem, how="collectives overlapped on one stream"))
+    chosen = choice.best()
     watch.lap("syncs")
     return Plan(
         op_graph=op_graph,
@@ -359,6 +356,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
         plan_seconds=time.perf_counter() - t0,
         predicted_us=chosen.predicted_us,
         notes=tuple(notes),
+        weighed=tuple(choice.weighed()),
         memory=PlanMemory(chosen.memory.peak_bytes, single_plan.memory.peak_bytes, limit,
                           chosen.memory.reserved_bytes, chosen.memory, chosen.edges, chosen.how),
         stages=watch.times(),
@@ -368,6 +366,94 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
         core_budgets=dict(chosen.problem.graph.graph.get("core_budgets", {})),
         runtime=runtime_label(cost_model),
     )
+
+
+@dataclass(frozen=True)
+class Weighed:
+    """One plan the planner weighed, timed as it would run: after every rule a plan goes
+    through (collective waits on their launches' streams, the compiler's placement, the
+    launch order grouped into scopes, the memory fit)."""
+
+    how: str
+    predicted_us: float
+    streams_used: int
+    #: could ship: within the memory budget and, unless one stream in program order,
+    #: predicted at least ``MIN_RELATIVE_GAIN`` faster than it
+    eligible: bool
+
+
+class _Choice:
+    """The plans weighed for one graph, and the choice: the fastest eligible one, each
+    timed after every rule (ties: the first weighed; one stream in program order last).
+
+    A solver times its plan before the rules: a collective's wait moved back to its
+    launch's stream (``scheduling.waits``) or the compiler's placement can make the
+    fastest plan by the solver's timing slower than another; so the solver's plan and its
+    rivals (:func:`_portfolio`) are compared after the rules, not before.
+    """
+
+    def __init__(self, fit: FitInputs, single: Candidate, limit: int | None,
+                 scope_overhead_us: float, notes: list[str]) -> None:
+        self.fit, self.single, self.limit, self.notes = fit, single, limit, notes
+        self.scopes = scope_overhead_us > 0
+        self.bar = single.predicted_us * (1 - MIN_RELATIVE_GAIN)
+        self.candidates: list[Candidate] = []
+        self.own: Candidate | None = None
+
+    def weigh(self, candidate: Candidate) -> None:
+        self.candidates.append(candidate)
+
+    def weigh_streams(self, own: Candidate, rivals: Sequence[Candidate]) -> None:
+        """The solver's plan and its rivals, launch orders grouped into scopes; the fastest
+        of them fitted into the memory budget (:func:`fit_plan`) when over it."""
+        grouped = [self._grouped(c) for c in (own, *rivals)]
+        multi = [c for c in grouped if c.schedule.streams_used > 1]
+        self.own = grouped[0]
+        self.candidates += multi
+        best = min(multi, key=lambda c: c.predicted_us, default=own)
+        if best.schedule.streams_used <= 1 or best.predicted_us >= self.bar:
+            self.notes.append(_not_faster_note(best, self.single.predicted_us, self.fit.costs))
+            return
+        fitted, fit_notes = fit_plan(self.fit, best, self.single, self.limit, MIN_RELATIVE_GAIN)
+        self.notes += fit_notes
+        if fitted is not best:
+            self.candidates.append(self._grouped(fitted))
+
+    def eligible(self, c: Candidate) -> bool:
+        if c.schedule.solver == "single":
+            return True
+        return (c.predicted_us < self.bar
+                and (self.limit is None or c.memory.bound_bytes <= self.limit))
+
+    def best(self) -> Candidate:
+        chosen = min((c for c in (*self.candidates, self.single) if self.eligible(c)),
+                     key=lambda c: c.predicted_us)
+        own = self.own
+        if (own is not None and chosen is not own and chosen.schedule.streams_used > 1
+                and own.schedule.streams_used > 1 and chosen.how != own.how):
+            self.notes.append(f"using {chosen.how}: {chosen.predicted_us:.1f} us as it would "
+                              f"run, against {own.predicted_us:.1f} us for the {own.how}")
+        self.notes[:] = list(dict.fromkeys(self.notes))
+        return chosen
+
+    def weighed(self) -> list[Weighed]:
+        return [Weighed(c.how, c.predicted_us, c.schedule.streams_used, self.eligible(c))
+                for c in (*self.candidates, self.single)]
+
+    def _grouped(self, c: Candidate) -> Candidate:
+        if not self.scopes or c.schedule.streams_used <= 1:
+            return c
+        return _scopes_grouped(self.fit, c, self.limit, self.notes)
+
+
+def _portfolio(solver: str, problem: SchedulingProblem, solved: Schedule) -> list[Schedule]:
+    """The cheap heuristics CP-SAT weighs (by its own timing) beside its search, solved
+    again so the planner can weigh them after its rules; none for another solver (the
+    user chose it).  Their bound is the solver's when that is tighter (the same problem)."""
+    if solver != "cpsat":
+        return []
+    return [dataclasses.replace(s, lower_bound=max(s.lower_bound, solved.lower_bound))
+            for s in (get_solver(name)(problem) for name in FALLBACK_SOLVERS)]
 
 
 def with_core_budgets(fit: FitInputs, candidate: Any, cost_model: CostModel,
