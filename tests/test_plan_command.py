@@ -144,3 +144,15 @@ def test_plan_names_the_runtime_its_predictions_are_for(tmp_path, capsys):
     assert streams["single_stream_us"] > 2 * figures["auto"]["single_stream_us"]
     assert main(["plan", "autostream.models.zoo:moe_model", "--runtime", "gpu"]) == 2
     assert "--runtime 'gpu': choose auto or one of graph, streams" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["plan", "compare"])
+def test_plan_and_compare_default_to_what_torch_compile_plans(command):
+    """Issue 51, item 10: ``plan SPEC`` previews ``torch.compile(backend="autostream")``."""
+    from autostream.cli import build_parser
+    from autostream.passes import AutoStreamPass
+
+    args = build_parser().parse_args([command, "m:f"])
+    compiled = AutoStreamPass()  # what backend() and torch.compile's "autostream" plan with
+    assert args.streams == compiled.max_streams
+    assert getattr(args, "solver", compiled.solver) == compiled.solver

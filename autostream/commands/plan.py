@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget, format_bytes
+from autostream.planning.defaults import DEFAULT_MAX_STREAMS, DEFAULT_SOLVER
 from autostream.stages import Stopwatch
 
 if TYPE_CHECKING:
@@ -29,8 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(model, example_inputs), or a Standard Task Graph .stg file.",
     )
     p.add_argument("spec", metavar="SPEC", help="module:function, file.py:function, or file.stg")
-    p.add_argument("--streams", type=int, default=4, help="maximum number of streams (default 4)")
-    p.add_argument("--solver", default="cpsat", help="solver name (default cpsat)")
+    p.add_argument("--streams", type=int, default=DEFAULT_MAX_STREAMS,
+                   help=f"maximum number of streams (default {DEFAULT_MAX_STREAMS}, as "
+                        f"torch.compile(backend='autostream') plans)")
+    p.add_argument("--solver", default=DEFAULT_SOLVER, help=f"solver name (default {DEFAULT_SOLVER})")
     p.add_argument("--cost-table", default=None, help="cost table name or path (models only)")
     p.add_argument("--time-limit", type=float, default=None,
                    help="seconds for solvers that search (cpsat); default: by the graph's size")

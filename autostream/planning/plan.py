@@ -19,6 +19,7 @@ from autostream.fx.capture import capture_graphs
 from autostream.fx.graph import OpGraph, build_op_graph
 from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
 from autostream.memory.predict import GraphMemory
+from autostream.planning.defaults import DEFAULT_MAX_STREAMS, DEFAULT_SOLVER
 from autostream.planning.evaluate import Candidate, FitInputs, evaluate
 from autostream.planning.fit import FALLBACK_SOLVERS, PlanMemory, fit_plan
 from autostream.scheduling.placement import Placement
@@ -56,8 +57,8 @@ class PlanOptions:
     ValueError: time_limit must be a number of seconds > 0 (or None: the solver's own, by the graph's size), got str 'abc'
     """
 
-    max_streams: int = 2
-    solver: str = "cpsat"
+    max_streams: int = DEFAULT_MAX_STREAMS
+    solver: str = DEFAULT_SOLVER
     cost_table: str | None = None
     #: seconds the solver may search (``None``: the solver's own, by the graph's size)
     time_limit: float | None = None
