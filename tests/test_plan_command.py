@@ -156,3 +156,35 @@ def test_plan_and_compare_default_to_what_torch_compile_plans(command):
     compiled = AutoStreamPass()  # what backend() and torch.compile's "autostream" plan with
     assert args.streams == compiled.max_streams
     assert getattr(args, "solver", compiled.solver) == compiled.solver
+
+
+BROKEN = """
+import torch
+
+class Broken(torch.nn.Module):
+    def forward(self, x):
+        a = torch.relu(x @ x) + torch.tanh(x @ x.T)
+        torch._dynamo.graph_break()
+        return torch.sigmoid(a @ a) + torch.relu(a @ a.T) + torch.tanh(a @ x)
+
+def model():
+    return Broken(), (torch.randn(64, 64),)
+"""
+
+
+def test_plan_plans_every_graph_of_a_model_with_a_graph_break(tmp_path, capsys):
+    """Issue 51, item 9: every graph is planned, as torch.compile does, and named."""
+    spec = tmp_path / "broken.py"
+    spec.write_text(BROKEN)
+    out = tmp_path / "plan.json"
+    assert main(["plan", f"{spec}:model", "--solver", "heft", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    graphs = data["graphs"]
+    assert [g["graph"] for g in graphs] == [1, 2]
+    assert [g["shown"] for g in graphs].count(True) == 1
+    assert all(g["nodes"] >= 2 and g["predicted_us"] > 0 for g in graphs)
+    [shown] = [g for g in graphs if g["shown"]]
+    assert shown["nodes"] == data["nodes"]  # the figures printed first are the largest's
+    text = capsys.readouterr().out
+    assert "graphs             2: Dynamo split the model at graph breaks" in text
+    assert "graph 1" in text and "graph 2" in text

@@ -152,9 +152,11 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
                   time_limit: float | None,
                   max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE,
                   core_budgets: bool = False, runtime: str = "auto") -> dict[str, Any]:
-    """Capture the model's largest graph, run the pass on it (plan, rewrite, verify) and
-    return the summary figures; ``pass_seconds`` is all of it but the capture.  ``runtime``:
-    the runtime the costs are for (``auto``: the default of the table's device)."""
+    """Capture the model's graphs, run the pass on every one (plan, rewrite, verify), as
+    ``torch.compile`` does, and return the largest graph's summary figures, with
+    ``graphs`` (every graph's, in capture order) when Dynamo split the model;
+    ``pass_seconds`` is all of the largest's but the capture.  ``runtime``: the runtime
+    the costs are for (``auto``: the default of the table's device)."""
     from autostream.cost.runtime_target import default_runtime
     from autostream.fx.capture import capture_graphs
     from autostream.fx.device import graph_device
@@ -163,13 +165,15 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
     graphs = capture_graphs(model, tuple(inputs))
     if not graphs:
         raise ValueError("torch.compile captured no graph for this model; nothing to plan")
-    gm = max(graphs, key=lambda g: len(g.graph.nodes))
+    largest = max(range(len(graphs)), key=lambda i: len(graphs[i].graph.nodes))
     stream_pass = AutoStreamPass(max_streams=streams, solver=solver, cost_table=cost_table,
                                  time_limit=time_limit, max_memory_increase=max_memory_increase,
                                  core_budgets=core_budgets)
     if runtime == "auto":
-        runtime = default_runtime(stream_pass.cost_model_for(graph_device(gm.graph)).profile.kind)
-    report = stream_pass.run(gm, runtime=runtime)  # logged: its INFO line
+        device = graph_device(graphs[largest].graph)
+        runtime = default_runtime(stream_pass.cost_model_for(device).profile.kind)
+    reports = [stream_pass.run(gm, runtime=runtime) for gm in graphs]  # logged: INFO lines
+    report = reports[largest]
     if report.plan is None:
         raise RuntimeError(f"the model could not be planned: {report.reason}")
     summary = report.figures()
@@ -178,7 +182,20 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
     summary["notes"] = list(report.plan.notes)
     if core_budgets:
         summary["core_budgets"] = budget_summary(report.plan, cost_table)
+    if len(graphs) > 1:
+        summary["graphs"] = [graph_figures(i, r, i == largest) for i, r in enumerate(reports)]
     return summary
+
+
+def graph_figures(index: int, report: Any, shown: bool) -> dict[str, Any]:
+    """One graph's figures, for a model Dynamo split into several."""
+    plan = report.plan
+    out: dict[str, Any] = {"graph": index + 1, "graph_nodes": report.graph_nodes,
+                           "applied": report.applied, "reason": report.reason, "shown": shown}
+    if plan is not None:
+        out.update(nodes=plan.op_graph.number_of_nodes(), streams_used=plan.schedule.streams_used,
+                   predicted_us=plan.predicted_us, single_stream_us=plan.single_stream_us)
+    return out
 
 
 def budget_summary(plan: Any, cost_table: str | None) -> dict[str, Any]:
@@ -262,7 +279,35 @@ def describe(spec: str, s: dict[str, Any]) -> str:
                            zip(b["budgets"].items(), b["scope_keys"].values(), strict=True))
         lines.append(f"  core budgets       {chosen or 'none predicted faster: none emitted'}")
     lines += [f"note: {n}" for n in s.get("notes", [])]
-    return "\n".join(lines)
+    return "\n".join([*lines, *_graph_lines(s.get("graphs", []))])
+
+
+def _graph_lines(graphs: list[dict[str, Any]]) -> list[str]:
+    """Every graph of a model Dynamo split, one line each (the figures above: the largest).
+
+    >>> print("\\n".join(_graph_lines([
+    ...     {"graph": 1, "graph_nodes": 9, "shown": True, "applied": True, "nodes": 5,
+    ...      "streams_used": 2, "predicted_us": 8.0, "single_stream_us": 10.0, "reason": ""},
+    ...     {"graph": 2, "graph_nodes": 4, "shown": False, "applied": False,
+    ...      "reason": "left unchanged: one op"}])))
+      graphs             2: Dynamo split the model at graph breaks; each is planned as torch.compile plans it
+        graph 1          5 ops, 2 streams, 8.00 us (one stream 10.00 us): the figures above
+        graph 2          4 nodes: left unchanged: one op
+    """
+    if not graphs:
+        return []
+    lines = [f"  graphs             {len(graphs)}: Dynamo split the model at graph breaks; each "
+             f"is planned as torch.compile plans it"]
+    for g in graphs:
+        head = f"    graph {g['graph']:<10}"
+        if "nodes" not in g or not (g["applied"] or g["shown"]):
+            lines.append(f"{head} {g['graph_nodes']} nodes: {g['reason']}")
+            continue
+        streams = g["streams_used"]
+        lines.append(f"{head} {g['nodes']} ops, {streams} stream{'s' * (streams != 1)}, "
+                     f"{g['predicted_us']:.2f} us (one stream {g['single_stream_us']:.2f} us)"
+                     + (": the figures above" if g["shown"] else ""))
+    return lines
 
 
 def _predicted(s: dict[str, Any]) -> float:
