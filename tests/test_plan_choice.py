@@ -37,3 +37,17 @@ def test_the_plan_shipped_is_the_fastest_candidate_once_its_collective_waits_mov
     assert own.predicted_us > plan.predicted_us  # re-timed by the rule: not shipped
     assert {"heft plan", "collectives overlapped on one stream"} <= {w.how for w in plan.weighed}
     assert any("using heft plan" in n for n in plan.notes)
+
+
+def test_a_candidate_on_one_stream_is_said_in_words():
+    """Issue 51, item 13: no "on 1 streams" in the note that keeps one stream."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from tests.helpers import UniformCosts
+
+    gm = make_fx(lambda x: torch.tanh(torch.relu(x) * 2) + 1)(torch.randn(4))
+    plan = plan_graph(gm, PlanOptions(max_streams=2), UniformCosts())
+    assert plan.is_single_stream
+    assert "on one stream) is not faster than one stream" in plan.notes[0]
+    assert "1 streams" not in " ".join(plan.notes)

@@ -188,3 +188,17 @@ def test_plan_plans_every_graph_of_a_model_with_a_graph_break(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "graphs             2: Dynamo split the model at graph breaks" in text
     assert "graph 1" in text and "graph 2" in text
+
+
+def test_a_plan_that_meets_its_lower_bound_is_not_called_unproven():
+    """Issue 51, item 13: no "feasible, not proven optimal" at a 0.00% gap."""
+    from autostream.commands.plan import describe
+
+    summary = {"solver": "cpsat", "optimal": False, "nodes": 3, "streams_used": 1,
+               "makespan_us": 5.0, "lower_bound_us": 5.0, "single_stream_us": 5.0,
+               "num_syncs": 0, "plan_seconds": 0.1, "solver_stats": {}}
+    text = describe("m:f", summary)
+    assert "not proven optimal" not in text and "optimal" in text.splitlines()[0]
+    assert "(gap 0.00%)" in text
+    close = describe("m:f", {**summary, "makespan_us": 5.0000001})
+    assert "not proven optimal" in close and "(gap under 0.01%)" in close

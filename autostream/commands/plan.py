@@ -57,13 +57,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def plan_stg(path: str, streams: int, solver: str, time_limit: float | None) -> dict[str, Any]:
     """Plan an ``.stg`` file; the same figures as ``Plan.summary()`` for a model."""
-    from autostream.models.stg import read_stg
+    from autostream.models.stg import read_stg, resolve_stg
     from autostream.scheduling.solvers import solve
 
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"STG file {path} does not exist")
+    found = resolve_stg(path)
     t0 = time.perf_counter()
-    problem = read_stg(path, streams=streams)
+    problem = read_stg(found, streams=streams)
     watch = Stopwatch()
     options = {"time_limit": time_limit} if solver == "cpsat" and time_limit else {}
     schedule = solve(problem, solver, **options)
@@ -140,12 +139,15 @@ def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
         if core_budgets:
             raise ValueError("--core-budgets needs a model (its ops' device shares); a .stg "
                              "graph has none: drop --core-budgets")
-        return plan_stg(spec, streams, solver, time_limit)
-    from autostream.models.modelspec import load_model_spec
+        summary = plan_stg(spec, streams, solver, time_limit)
+    else:
+        from autostream.models.modelspec import load_model_spec
 
-    model, inputs = load_model_spec(spec)
-    return plan_captured(model, inputs, streams, solver, cost_table, time_limit,
-                         max_memory_increase, core_budgets, runtime)
+        model, inputs = load_model_spec(spec)
+        summary = plan_captured(model, inputs, streams, solver, cost_table, time_limit,
+                                max_memory_increase, core_budgets, runtime)
+    summary["optimal"] = bool(summary["optimal"]) or meets_bound(summary)
+    return summary
 
 
 def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table: str | None,
@@ -231,6 +233,8 @@ def status_words(s: dict[str, Any]) -> str:
     """
     if s["optimal"]:
         words = "proven optimal"
+    elif meets_bound(s):
+        words = "optimal: the makespan meets the lower bound"
     elif s["solver"] == "cpsat":
         words = "feasible, not proven optimal within its time budget"
     elif s["solver"] == "single":
@@ -245,6 +249,28 @@ def status_words(s: dict[str, Any]) -> str:
     return words
 
 
+def meets_bound(s: dict[str, Any]) -> bool:
+    """Whether the plan's makespan is its lower bound: optimal, whatever the solver proved.
+
+    >>> meets_bound({"makespan_us": 5.0, "lower_bound_us": 5.0}), meets_bound({"makespan_us": 5.0})
+    (True, False)
+    """
+    bound = s.get("lower_bound_us") or 0.0
+    return bound > 0 and s["makespan_us"] <= bound * (1 + 1e-9)
+
+
+def gap_words(makespan: float, bound: float) -> str:
+    """The gap to the lower bound, never ``0.00%`` unless it is none.
+
+    >>> gap_words(5.0, 5.0), gap_words(100.001, 100.0), gap_words(6.0, 5.0)
+    ('0.00%', 'under 0.01%', '20.00%')
+    """
+    gap = 100 * (makespan / bound - 1)
+    if gap <= 1e-7:
+        return "0.00%"
+    return "under 0.01%" if gap < 0.005 else f"{gap:.2f}%"
+
+
 def describe(spec: str, s: dict[str, Any]) -> str:
     """The human summary."""
     lines = [
@@ -253,7 +279,7 @@ def describe(spec: str, s: dict[str, Any]) -> str:
         f"  streams used       {s['streams_used']}",
         f"  makespan           {s['makespan_us']:.2f} us",
         f"  lower bound        {s['lower_bound_us']:.2f} us"
-        + (f"  (gap {100 * (s['makespan_us'] / s['lower_bound_us'] - 1):.2f}%)"
+        + (f"  (gap {gap_words(s['makespan_us'], s['lower_bound_us'])})"
            if s["lower_bound_us"] > 0 else ""),
         f"  single stream      {s['single_stream_us']:.2f} us"
         + (f"  (predicted speed-up {s['single_stream_us'] / _predicted(s):.2f}x"

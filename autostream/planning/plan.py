@@ -413,7 +413,8 @@ class _Choice:
         self.candidates += multi
         best = min(multi, key=lambda c: c.predicted_us, default=own)
         if best.schedule.streams_used <= 1 or best.predicted_us >= self.bar:
-            self.notes.append(_not_faster_note(best, self.single.predicted_us, self.fit.costs))
+            self.notes.append(_not_faster_note(self.own, self.single.predicted_us,
+                                               self.fit.costs))
             return
         fitted, fit_notes = fit_plan(self.fit, best, self.single, self.limit, MIN_RELATIVE_GAIN)
         self.notes += fit_notes
@@ -543,9 +544,9 @@ def _not_faster_note(candidate, single_us: float, costs: RuntimeCosts) -> str:
                 f"{costs.segment_us:.0f} us per segment and "
                 f"{costs.op_us:.1f} us per node included"
                 if (costs.op_us or costs.call_us or costs.segment_us) and streams > 1 else "")
-    return (f"{candidate.how} ({candidate.predicted_us:.1f} us on {streams} "
-            f"streams{overhead}) is not faster than one stream ({single_us:.1f} us); "
-            "keeping one stream")
+    on = "one stream" if streams <= 1 else f"{streams} streams"
+    return (f"{candidate.how} ({candidate.predicted_us:.1f} us on {on}{overhead}) is not "
+            f"faster than one stream ({single_us:.1f} us); keeping one stream")
 
 
 def predicted_speedup_over_eager(single_stream_us: float, predicted_us: float,

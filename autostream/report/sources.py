@@ -9,7 +9,7 @@ from typing import Any
 from autostream.cost.runtime_target import RuntimeCosts
 from autostream.memory.predict import GraphMemory
 from autostream.models.modelspec import load_model_spec
-from autostream.models.stg import read_stg
+from autostream.models.stg import read_stg, resolve_stg
 from autostream.planning.plan import build_problem, load_cost_model, plan_model
 from autostream.scheduling.problem import SchedulingProblem
 
@@ -81,13 +81,10 @@ def problem_from_spec(
     >>> problem_from_spec("nowhere.stg", 2)
     Traceback (most recent call last):
     ...
-    FileNotFoundError: STG file nowhere.stg does not exist
+    FileNotFoundError: STG file nowhere.stg does not exist (nor is it a file shipped with autostream); try the sample graph autostream/models/sample.stg
     """
     if spec.endswith(".stg"):
-        if not Path(spec).is_file():
-            raise FileNotFoundError(f"STG file {spec} does not exist")
-
-        problem = read_stg(spec, streams=streams)
+        problem = read_stg(resolve_stg(spec), streams=streams)
         if sync_latency_us is not None:
             problem = SchedulingProblem(problem.graph, problem.streams, sync_latency_us,
                                         problem.capacity)
