@@ -17,7 +17,7 @@ from pathlib import Path
 from autostream.cost.runtime_target import RuntimeCosts
 from autostream.memory.predict import GraphMemory, allocation_timeline, predict_memory
 from autostream.report.dot import write_graph
-from autostream.report.gantt import gantt_png
+from autostream.report.gantt import counted, gantt_png
 from autostream.report.table import SolverResult, markdown_table
 from autostream.report.trace import write_trace
 from autostream.scheduling.problem import SchedulingProblem
@@ -256,8 +256,8 @@ def write_reports(
         label = f"{title}: " if title else ""
         files.gantt[r.solver] = gantt_png(
             out / f"{r.solver}_gantt.png", solved, s, syncs, kinds=kinds, memory=r.memory,
-            title=f"{label}{r.solver}, {s.makespan:,.1f} us on {s.streams_used} stream(s), "
-                  f"{len(syncs)} sync(s)")
+            title=f"{label}{r.solver}, {s.makespan:,.1f} us on "
+                  f"{counted(s.streams_used, 'stream')}, {counted(len(syncs), 'sync')}")
         files.trace[r.solver] = write_trace(
             out / f"{r.solver}_trace.json", solved, s, syncs,
             measured=(measured or {}).get(r.solver), kinds=kinds)

@@ -120,8 +120,9 @@ def gantt_figure(
     ax.set_xlim(0, horizon * 1.04)
     ax.set_xlabel("" if memory is not None else "time (us)")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(title or f"{schedule.solver}: {len(tl.spans)} ops on {len(tl.streams)} "
-                 f"stream(s), {len(tl.syncs)} sync(s)", fontsize=10)
+    ax.set_title(title or f"{schedule.solver}: {counted(len(tl.spans), 'op')} on "
+                 f"{counted(len(tl.streams), 'stream')}, {counted(len(tl.syncs), 'sync')}",
+                 fontsize=10)
     handles = [Patch(color=c, label=k) for k, c in colours.items()]
     if any(colour == OTHER for _, colour in bars):
         handles.append(Patch(color=OTHER, label="other ops"))
@@ -137,6 +138,15 @@ def gantt_figure(
     if len(tl.spans) <= _LABEL_LIMIT:
         _label_bars(fig, ax, [sp for sp in tl.spans.values() if sp.duration > 0], lane_y)
     return fig
+
+
+def counted(n: int, word: str) -> str:
+    """``n`` and ``word``, plural unless one.
+
+    >>> counted(1, "stream"), counted(3, "sync")
+    ('1 stream', '3 syncs')
+    """
+    return f"{n} {word}{'s' * (n != 1)}"
 
 
 def _us(x: float) -> str:
