@@ -188,6 +188,9 @@ def test_plan_plans_every_graph_of_a_model_with_a_graph_break(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "graphs             2: Dynamo split the model at graph breaks" in text
     assert "graph 1" in text and "graph 2" in text
+    assert main(["compare", f"{spec}:model", "--solvers", "single", "--out",
+                 str(tmp_path / "cmp")]) == 0
+    assert "split the model at graph breaks into 2 graphs" in capsys.readouterr().out
 
 
 def test_a_plan_that_meets_its_lower_bound_is_not_called_unproven():
