@@ -385,7 +385,8 @@ class Weighed:
 
 class _Choice:
     """The plans weighed for one graph, and the choice: the fastest eligible one, each
-    timed after every rule (ties: the first weighed; one stream in program order last).
+    timed after every rule (ties: fewer streams, then the first weighed; one stream in
+    program order last).
 
     A solver times its plan before the rules: a collective's wait moved back to its
     launch's stream (``scheduling.waits``) or the compiler's placement can make the
@@ -429,7 +430,7 @@ class _Choice:
 
     def best(self) -> Candidate:
         chosen = min((c for c in (*self.candidates, self.single) if self.eligible(c)),
-                     key=lambda c: c.predicted_us)
+                     key=lambda c: (c.predicted_us, c.schedule.streams_used))
         own = self.own
         if (own is not None and chosen is not own and chosen.schedule.streams_used > 1
                 and own.schedule.streams_used > 1 and chosen.how != own.how):
