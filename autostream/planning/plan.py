@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -449,14 +449,17 @@ class _Choice:
         return _scopes_grouped(self.fit, c, self.limit, self.notes)
 
 
-def _portfolio(solver: str, problem: SchedulingProblem, solved: Schedule) -> list[Schedule]:
+def _portfolio(solver: str, problem: SchedulingProblem, solved: Schedule
+               ) -> Iterator[Schedule]:
     """The cheap heuristics CP-SAT weighs (by its own timing) beside its search, solved
-    again so the planner can weigh them after its rules; none for another solver (the
-    user chose it).  Their bound is the solver's when that is tighter (the same problem)."""
+    again, one at a time, so the planner can weigh each after its rules; none for another
+    solver (the user chose it).  Their bound is the solver's when that is tighter (the
+    same problem)."""
     if solver != "cpsat":
-        return []
-    return [dataclasses.replace(s, lower_bound=max(s.lower_bound, solved.lower_bound))
-            for s in (get_solver(name)(problem) for name in FALLBACK_SOLVERS)]
+        return
+    for name in FALLBACK_SOLVERS:
+        s = get_solver(name)(problem)
+        yield dataclasses.replace(s, lower_bound=max(s.lower_bound, solved.lower_bound))
 
 
 def with_core_budgets(fit: FitInputs, candidate: Any, cost_model: CostModel,
@@ -622,8 +625,18 @@ def plan_model(
     options = PlanOptions(max_streams, solver, None if not isinstance(cost_table, str) else cost_table,
                           time_limit, max_memory_increase)
     cost_model = load_cost_model(cost_table)
+    return plan_graph(largest_graph(model_graphs(model, example_inputs)), options, cost_model)
+
+
+def model_graphs(model: torch.nn.Module, example_inputs: Any) -> list[torch.fx.GraphModule]:
+    """``model``'s post-AOT graphs, as ``torch.compile`` captures them (several where Dynamo
+    breaks the graph); ``ValueError`` when there is none."""
     graphs = capture_graphs(model, tuple(example_inputs))
     if not graphs:
         raise ValueError("torch.compile captured no graph for this model; nothing to plan")
-    gm = max(graphs, key=lambda g: len(g.graph.nodes))
-    return plan_graph(gm, options, cost_model)
+    return graphs
+
+
+def largest_graph(graphs: list[torch.fx.GraphModule]) -> torch.fx.GraphModule:
+    """The graph with the most nodes (the first of equals)."""
+    return max(graphs, key=lambda g: len(g.graph.nodes))

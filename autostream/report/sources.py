@@ -7,11 +7,17 @@ from pathlib import Path
 from typing import Any
 
 from autostream.cost.runtime_target import RuntimeCosts
-from autostream.fx.capture import capture_graphs
 from autostream.memory.predict import GraphMemory
 from autostream.models.modelspec import load_model_spec
 from autostream.models.stg import read_stg, resolve_stg
-from autostream.planning.plan import PlanOptions, build_problem, load_cost_model, plan_graph
+from autostream.planning.plan import (
+    PlanOptions,
+    build_problem,
+    largest_graph,
+    load_cost_model,
+    model_graphs,
+    plan_graph,
+)
 from autostream.scheduling.problem import SchedulingProblem
 
 
@@ -56,10 +62,8 @@ def problem_from_model(
     table = load_cost_model(cost_table)
     kind = getattr(getattr(table, "profile", None), "kind", "")
     costs = for_runtime(table, runtime or (default_runtime(kind) if kind else None))
-    graphs = capture_graphs(model, tuple(example_inputs))
-    if not graphs:
-        raise ValueError("torch.compile captured no graph for this model; nothing to plan")
-    largest = max(graphs, key=lambda g: len(g.graph.nodes))
+    graphs = model_graphs(model, example_inputs)
+    largest = largest_graph(graphs)
     plan = plan_graph(largest, PlanOptions(max_streams=streams, solver="single",
                                            time_limit=time_limit), costs)
     gm = next(iter(plan.op_graph.nodes.values()))["fx"].graph if len(plan.op_graph) else None
