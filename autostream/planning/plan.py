@@ -336,8 +336,10 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
             notes += [note] if note else []
             candidate = budgeted or candidate
             watch.lap("solve")
+        # a rule that re-timed the solver's pick may have re-ranked its candidates
+        retimed = candidate.schedule is not solved or scope_overhead_us > 0
         rivals = [evaluate(fit, s, split_problem, how=f"{s.solver} plan{label}")
-                  for s in _portfolio(options.solver, split_problem, solved)]
+                  for s in (_portfolio(options.solver, split_problem, solved) if retimed else ())]
         watch.lap("solve")
         choice.weigh_streams(candidate, rivals)
         watch.lap("syncs")
@@ -452,9 +454,9 @@ class _Choice:
 def _portfolio(solver: str, problem: SchedulingProblem, solved: Schedule
                ) -> Iterator[Schedule]:
     """The cheap heuristics CP-SAT weighs (by its own timing) beside its search, solved
-    again, one at a time, so the planner can weigh each after its rules; none for another
-    solver (the user chose it).  Their bound is the solver's when that is tighter (the
-    same problem)."""
+    again, one at a time, so the planner can weigh each after its rules (when a rule
+    re-timed CP-SAT's pick; else its choice stands); none for another solver (the user
+    chose it).  Their bound is the solver's when that is tighter (the same problem)."""
     if solver != "cpsat":
         return
     for name in FALLBACK_SOLVERS:
