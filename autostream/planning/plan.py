@@ -276,7 +276,10 @@ def plan_graph(
     only at a wait).  ``place`` is what the compiler does to a multi-stream plan's streams
     and syncs after the pass (``dialects.torchair_modes.GE_PLACEMENT``): every candidate,
     and every memory repair of it, is checked as placed, so the gain bar, the memory
-    budget and the plan's figures are those of the plan that runs.
+    budget and the plan's figures are those of the plan that runs.  Candidates are
+    compared by those figures, after every rule, never by the solver's own timing
+    (``Plan.weighed`` lists them): where a rule re-times CP-SAT's pick, the heuristics of
+    its portfolio are weighed again beside it.
     """
     with collector_paused():
         return _plan_graph(gm, options, cost_model, extra_deps, scope_overhead_us, place,
