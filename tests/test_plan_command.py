@@ -144,3 +144,64 @@ def test_plan_names_the_runtime_its_predictions_are_for(tmp_path, capsys):
     assert streams["single_stream_us"] > 2 * figures["auto"]["single_stream_us"]
     assert main(["plan", "autostream.models.zoo:moe_model", "--runtime", "gpu"]) == 2
     assert "--runtime 'gpu': choose auto or one of graph, streams" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["plan", "compare"])
+def test_plan_and_compare_default_to_what_torch_compile_plans(command):
+    """Issue 51, item 10: ``plan SPEC`` previews ``torch.compile(backend="autostream")``."""
+    from autostream.cli import build_parser
+    from autostream.passes import AutoStreamPass
+
+    args = build_parser().parse_args([command, "m:f"])
+    compiled = AutoStreamPass()  # what backend() and torch.compile's "autostream" plan with
+    assert args.streams == compiled.max_streams
+    assert getattr(args, "solver", compiled.solver) == compiled.solver
+
+
+BROKEN = """
+import torch
+
+class Broken(torch.nn.Module):
+    def forward(self, x):
+        a = torch.relu(x @ x) + torch.tanh(x @ x.T)
+        torch._dynamo.graph_break()
+        return torch.sigmoid(a @ a) + torch.relu(a @ a.T) + torch.tanh(a @ x)
+
+def model():
+    return Broken(), (torch.randn(64, 64),)
+"""
+
+
+def test_plan_plans_every_graph_of_a_model_with_a_graph_break(tmp_path, capsys):
+    """Issue 51, item 9: every graph is planned, as torch.compile does, and named."""
+    spec = tmp_path / "broken.py"
+    spec.write_text(BROKEN)
+    out = tmp_path / "plan.json"
+    assert main(["plan", f"{spec}:model", "--solver", "heft", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    graphs = data["graphs"]
+    assert [g["graph"] for g in graphs] == [1, 2]
+    assert [g["shown"] for g in graphs].count(True) == 1
+    assert all(g["nodes"] >= 2 and g["predicted_us"] > 0 for g in graphs)
+    [shown] = [g for g in graphs if g["shown"]]
+    assert shown["nodes"] == data["nodes"]  # the figures printed first are the largest's
+    text = capsys.readouterr().out
+    assert "graphs             2: Dynamo split the model at graph breaks" in text
+    assert "graph 1" in text and "graph 2" in text
+    assert main(["compare", f"{spec}:model", "--solvers", "single", "--out",
+                 str(tmp_path / "cmp")]) == 0
+    assert "split the model at graph breaks into 2 graphs" in capsys.readouterr().out
+
+
+def test_a_plan_that_meets_its_lower_bound_is_not_called_unproven():
+    """Issue 51, item 13: no "feasible, not proven optimal" at a 0.00% gap."""
+    from autostream.commands.plan import describe
+
+    summary = {"solver": "cpsat", "optimal": False, "nodes": 3, "streams_used": 1,
+               "makespan_us": 5.0, "lower_bound_us": 5.0, "single_stream_us": 5.0,
+               "num_syncs": 0, "plan_seconds": 0.1, "solver_stats": {}}
+    text = describe("m:f", summary)
+    assert "not proven optimal" not in text and "optimal" in text.splitlines()[0]
+    assert "(gap 0.00%)" in text
+    close = describe("m:f", {**summary, "makespan_us": 5.0000001})
+    assert "not proven optimal" in close and "(gap under 0.01%)" in close

@@ -33,3 +33,21 @@ def test_compare_shows_the_figure_plan_decides_on(tmp_path):
     assert f"{cpsat.runtime_us:,.1f} ({single.schedule.makespan / cpsat.runtime_us:.2f}x)" in text
     assert "cost table 'cpu' (the default of cpu graphs; cpu, measured on " in text
     assert source.table in text
+
+
+@pytest.mark.parametrize("streams", [1, 4])
+def test_one_graph_one_table_one_bound_and_one_prediction_per_placement(streams):
+    """Issue 51, item 6: a one-stream plan is timed as it runs (each op on all the intra-op
+    threads), whichever solver found it, and every row has the table's bound."""
+    source = problem_from_spec("autostream.models.zoo:inception_block", streams)
+    assert source.split_problem is not source.problem  # CPU: the split durations differ
+    rows = plan_solvers(source.problem, ["single", "heft", "cpsat"],
+                        split_problem=source.split_problem, runtime=source.runtime)
+    single = rows[0].schedule
+    one_stream = [r for r in rows[1:] if r.schedule.streams_used == 1]
+    assert one_stream  # HEFT keeps one stream here: the case the issue saw
+    for r in one_stream:
+        assert r.schedule.makespan == pytest.approx(single.makespan, rel=1e-12)
+        assert r.runtime_us == pytest.approx(single.makespan, rel=1e-12)
+    assert len({r.schedule.lower_bound for r in rows}) == 1
+    assert all(r.schedule.makespan >= r.schedule.lower_bound - 1e-9 for r in rows)

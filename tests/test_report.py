@@ -403,3 +403,46 @@ def test_compare_says_whether_graph_dumps_were_rendered(tmp_path, monkeypatch, c
     assert "*_graph.dot (Graphviz's `dot` is not installed, so no SVG" in out.out
     assert "planning with single ...\nplanning with heft ..." in out.err  # progress
     assert not list((tmp_path / "out").glob("*.svg"))
+
+
+def _chain(n: int, us: float, name: str) -> SchedulingProblem:
+    g = nx.DiGraph([(f"{name}{i}", f"{name}{i + 1}") for i in range(n - 1)])
+    nx.set_node_attributes(g, us, "duration")
+    return SchedulingProblem(g, streams=1)
+
+
+def test_gantt_labels_stay_inside_their_bars() -> None:
+    """Issue 51, item 13: names of narrow bars are cut or left out, never overlapping."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from autostream.report.gantt import gantt_figure
+    from autostream.scheduling.solvers import solve
+
+    problem = _chain(20, 1.0, "a_rather_long_operator_name_")
+    plan = solve(problem, "single")
+    fig = gantt_figure(problem, plan)
+    ax = fig.axes[0]
+    renderer = (fig.canvas if isinstance(fig.canvas, FigureCanvasAgg)
+                else FigureCanvasAgg(fig)).get_renderer()
+    mid = {(plan.start[n] + plan.end[n]) / 2: n for n in plan.order}
+    labels = sorted(((t.get_window_extent(renderer), mid[t.get_position()[0]]) for t in ax.texts
+                     if t.get_text()), key=lambda b: b[0].x0)
+    assert labels, "bars this wide have room for a few characters"
+    for (a, _), (b, _) in zip(labels, labels[1:], strict=False):
+        assert a.x1 <= b.x0, "two labels overlap"
+    for box, op in labels:
+        (x0, _), (x1, _) = ax.transData.transform([(plan.start[op], 0), (plan.end[op], 0)])
+        assert x0 <= box.x0 and box.x1 <= x1, f"{op}'s label runs out of its bar"
+
+
+def test_gantt_legend_writes_every_figure_alike() -> None:
+    """Issue 51, item 13: ``7,720.8 us`` everywhere, never ``7720.8 us`` beside it."""
+    from autostream.report.gantt import gantt_figure
+    from autostream.scheduling.solvers import solve
+
+    problem = _chain(4, 1930.2, "op")
+    plan = solve(problem, "single")
+    fig = gantt_figure(problem, plan)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "makespan 7,720.8 us (ops and syncs)" in labels
+    assert "lower bound 7,720.8 us" in labels

@@ -97,3 +97,16 @@ def test_the_shipped_sample_plans_from_the_command_line(capsys):
     out = capsys.readouterr().out
     assert "proven optimal" in out and "makespan           26.00 us" in out
     assert "cost table         none: the .stg file's task times" in out
+
+
+def test_the_readme_sample_path_works_from_any_directory(tmp_path, monkeypatch, capsys):
+    """Issue 51, item 13: ``autostream plan autostream/models/sample.stg`` outside the
+    repository root plans the shipped sample."""
+    from autostream.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "autostream/models/sample.stg", "--streams", "2"]) == 0
+    assert "ops                12" in capsys.readouterr().out
+    assert main(["compare", "sample.stg", "--solvers", "single", "--out", str(tmp_path)]) == 0
+    assert main(["plan", "missing.stg"]) == 2
+    assert "try the sample graph autostream/models/sample.stg" in capsys.readouterr().err

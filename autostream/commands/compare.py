@@ -10,6 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from autostream.planning.defaults import DEFAULT_MAX_STREAMS
+
 DEFAULT_SOLVERS = "single,round_robin,tf_greedy,opara,critical_path,nimble,heft,cpsat"
 
 
@@ -25,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("spec", metavar="SPEC", help="module:function, file.py:function, or file.stg")
     p.add_argument("--solvers", default=DEFAULT_SOLVERS,
                    help=f"comma-separated solver names (default: {DEFAULT_SOLVERS})")
-    p.add_argument("--streams", type=int, default=4, help="maximum number of streams (default 4)")
+    p.add_argument("--streams", type=int, default=DEFAULT_MAX_STREAMS,
+                   help=f"maximum number of streams (default {DEFAULT_MAX_STREAMS}, as "
+                        f"torch.compile(backend='autostream') plans)")
     p.add_argument("--out", default="autostream-compare", help="output folder")
     p.add_argument("--cost-table", default=None, help="cost table name or path (models only)")
     p.add_argument("--time-limit", type=float, default=None,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget, format_bytes
+from autostream.planning.defaults import DEFAULT_MAX_STREAMS, DEFAULT_SOLVER
 from autostream.stages import Stopwatch
 
 if TYPE_CHECKING:
@@ -29,8 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(model, example_inputs), or a Standard Task Graph .stg file.",
     )
     p.add_argument("spec", metavar="SPEC", help="module:function, file.py:function, or file.stg")
-    p.add_argument("--streams", type=int, default=4, help="maximum number of streams (default 4)")
-    p.add_argument("--solver", default="cpsat", help="solver name (default cpsat)")
+    p.add_argument("--streams", type=int, default=DEFAULT_MAX_STREAMS,
+                   help=f"maximum number of streams (default {DEFAULT_MAX_STREAMS}, as "
+                        f"torch.compile(backend='autostream') plans)")
+    p.add_argument("--solver", default=DEFAULT_SOLVER, help=f"solver name (default {DEFAULT_SOLVER})")
     p.add_argument("--cost-table", default=None, help="cost table name or path (models only)")
     p.add_argument("--time-limit", type=float, default=None,
                    help="seconds for solvers that search (cpsat); default: by the graph's size")
@@ -54,13 +57,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def plan_stg(path: str, streams: int, solver: str, time_limit: float | None) -> dict[str, Any]:
     """Plan an ``.stg`` file; the same figures as ``Plan.summary()`` for a model."""
-    from autostream.models.stg import read_stg
+    from autostream.models.stg import read_stg, resolve_stg
     from autostream.scheduling.solvers import solve
 
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"STG file {path} does not exist")
+    found = resolve_stg(path)
     t0 = time.perf_counter()
-    problem = read_stg(path, streams=streams)
+    problem = read_stg(found, streams=streams)
     watch = Stopwatch()
     options = {"time_limit": time_limit} if solver == "cpsat" and time_limit else {}
     schedule = solve(problem, solver, **options)
@@ -137,21 +139,26 @@ def plan_spec(spec: str, streams: int, solver: str, cost_table: str | None,
         if core_budgets:
             raise ValueError("--core-budgets needs a model (its ops' device shares); a .stg "
                              "graph has none: drop --core-budgets")
-        return plan_stg(spec, streams, solver, time_limit)
-    from autostream.models.modelspec import load_model_spec
+        summary = plan_stg(spec, streams, solver, time_limit)
+    else:
+        from autostream.models.modelspec import load_model_spec
 
-    model, inputs = load_model_spec(spec)
-    return plan_captured(model, inputs, streams, solver, cost_table, time_limit,
-                         max_memory_increase, core_budgets, runtime)
+        model, inputs = load_model_spec(spec)
+        summary = plan_captured(model, inputs, streams, solver, cost_table, time_limit,
+                                max_memory_increase, core_budgets, runtime)
+    summary["optimal"] = bool(summary["optimal"]) or meets_bound(summary)
+    return summary
 
 
 def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table: str | None,
                   time_limit: float | None,
                   max_memory_increase: float | str | None = DEFAULT_MAX_MEMORY_INCREASE,
                   core_budgets: bool = False, runtime: str = "auto") -> dict[str, Any]:
-    """Capture the model's largest graph, run the pass on it (plan, rewrite, verify) and
-    return the summary figures; ``pass_seconds`` is all of it but the capture.  ``runtime``:
-    the runtime the costs are for (``auto``: the default of the table's device)."""
+    """Capture the model's graphs, run the pass on every one (plan, rewrite, verify), as
+    ``torch.compile`` does, and return the largest graph's summary figures, with
+    ``graphs`` (every graph's, in capture order) when Dynamo split the model;
+    ``pass_seconds`` is all of the largest's but the capture.  ``runtime``: the runtime
+    the costs are for (``auto``: the default of the table's device)."""
     from autostream.cost.runtime_target import default_runtime
     from autostream.fx.capture import capture_graphs
     from autostream.fx.device import graph_device
@@ -160,13 +167,15 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
     graphs = capture_graphs(model, tuple(inputs))
     if not graphs:
         raise ValueError("torch.compile captured no graph for this model; nothing to plan")
-    gm = max(graphs, key=lambda g: len(g.graph.nodes))
+    largest = max(range(len(graphs)), key=lambda i: len(graphs[i].graph.nodes))
     stream_pass = AutoStreamPass(max_streams=streams, solver=solver, cost_table=cost_table,
                                  time_limit=time_limit, max_memory_increase=max_memory_increase,
                                  core_budgets=core_budgets)
     if runtime == "auto":
-        runtime = default_runtime(stream_pass.cost_model_for(graph_device(gm.graph)).profile.kind)
-    report = stream_pass.run(gm, runtime=runtime)  # logged: its INFO line
+        device = graph_device(graphs[largest].graph)
+        runtime = default_runtime(stream_pass.cost_model_for(device).profile.kind)
+    reports = [stream_pass.run(gm, runtime=runtime) for gm in graphs]  # logged: INFO lines
+    report = reports[largest]
     if report.plan is None:
         raise RuntimeError(f"the model could not be planned: {report.reason}")
     summary = report.figures()
@@ -175,7 +184,20 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
     summary["notes"] = list(report.plan.notes)
     if core_budgets:
         summary["core_budgets"] = budget_summary(report.plan, cost_table)
+    if len(graphs) > 1:
+        summary["graphs"] = [graph_figures(i, r, i == largest) for i, r in enumerate(reports)]
     return summary
+
+
+def graph_figures(index: int, report: Any, shown: bool) -> dict[str, Any]:
+    """One graph's figures, for a model Dynamo split into several."""
+    plan = report.plan
+    out: dict[str, Any] = {"graph": index + 1, "graph_nodes": report.graph_nodes,
+                           "applied": report.applied, "reason": report.reason, "shown": shown}
+    if plan is not None:
+        out.update(nodes=plan.op_graph.number_of_nodes(), streams_used=plan.schedule.streams_used,
+                   predicted_us=plan.predicted_us, single_stream_us=plan.single_stream_us)
+    return out
 
 
 def budget_summary(plan: Any, cost_table: str | None) -> dict[str, Any]:
@@ -211,6 +233,8 @@ def status_words(s: dict[str, Any]) -> str:
     """
     if s["optimal"]:
         words = "proven optimal"
+    elif meets_bound(s):
+        words = "optimal: the makespan meets the lower bound"
     elif s["solver"] == "cpsat":
         words = "feasible, not proven optimal within its time budget"
     elif s["solver"] == "single":
@@ -225,6 +249,28 @@ def status_words(s: dict[str, Any]) -> str:
     return words
 
 
+def meets_bound(s: dict[str, Any]) -> bool:
+    """Whether the plan's makespan is its lower bound: optimal, whatever the solver proved.
+
+    >>> meets_bound({"makespan_us": 5.0, "lower_bound_us": 5.0}), meets_bound({"makespan_us": 5.0})
+    (True, False)
+    """
+    bound = s.get("lower_bound_us") or 0.0
+    return bound > 0 and s["makespan_us"] <= bound * (1 + 1e-9)
+
+
+def gap_words(makespan: float, bound: float) -> str:
+    """The gap to the lower bound, never ``0.00%`` unless it is none.
+
+    >>> gap_words(5.0, 5.0), gap_words(100.001, 100.0), gap_words(6.0, 5.0)
+    ('0.00%', 'under 0.01%', '20.00%')
+    """
+    gap = 100 * (makespan / bound - 1)
+    if gap <= 1e-7:
+        return "0.00%"
+    return "under 0.01%" if gap < 0.005 else f"{gap:.2f}%"
+
+
 def describe(spec: str, s: dict[str, Any]) -> str:
     """The human summary."""
     lines = [
@@ -233,7 +279,7 @@ def describe(spec: str, s: dict[str, Any]) -> str:
         f"  streams used       {s['streams_used']}",
         f"  makespan           {s['makespan_us']:.2f} us",
         f"  lower bound        {s['lower_bound_us']:.2f} us"
-        + (f"  (gap {100 * (s['makespan_us'] / s['lower_bound_us'] - 1):.2f}%)"
+        + (f"  (gap {gap_words(s['makespan_us'], s['lower_bound_us'])})"
            if s["lower_bound_us"] > 0 else ""),
         f"  single stream      {s['single_stream_us']:.2f} us"
         + (f"  (predicted speed-up {s['single_stream_us'] / _predicted(s):.2f}x"
@@ -259,7 +305,35 @@ def describe(spec: str, s: dict[str, Any]) -> str:
                            zip(b["budgets"].items(), b["scope_keys"].values(), strict=True))
         lines.append(f"  core budgets       {chosen or 'none predicted faster: none emitted'}")
     lines += [f"note: {n}" for n in s.get("notes", [])]
-    return "\n".join(lines)
+    return "\n".join([*lines, *_graph_lines(s.get("graphs", []))])
+
+
+def _graph_lines(graphs: list[dict[str, Any]]) -> list[str]:
+    """Every graph of a model Dynamo split, one line each (the figures above: the largest).
+
+    >>> print("\\n".join(_graph_lines([
+    ...     {"graph": 1, "graph_nodes": 9, "shown": True, "applied": True, "nodes": 5,
+    ...      "streams_used": 2, "predicted_us": 8.0, "single_stream_us": 10.0, "reason": ""},
+    ...     {"graph": 2, "graph_nodes": 4, "shown": False, "applied": False,
+    ...      "reason": "left unchanged: one op"}])))
+      graphs             2: Dynamo split the model at graph breaks; each is planned as torch.compile plans it
+        graph 1          5 ops, 2 streams, 8.00 us (one stream 10.00 us): the figures above
+        graph 2          4 nodes: left unchanged: one op
+    """
+    if not graphs:
+        return []
+    lines = [f"  graphs             {len(graphs)}: Dynamo split the model at graph breaks; each "
+             f"is planned as torch.compile plans it"]
+    for g in graphs:
+        head = f"    graph {g['graph']:<10}"
+        if "nodes" not in g or not (g["applied"] or g["shown"]):
+            lines.append(f"{head} {g['graph_nodes']} nodes: {g['reason']}")
+            continue
+        streams = g["streams_used"]
+        lines.append(f"{head} {g['nodes']} ops, {streams} stream{'s' * (streams != 1)}, "
+                     f"{g['predicted_us']:.2f} us (one stream {g['single_stream_us']:.2f} us)"
+                     + (": the figures above" if g["shown"] else ""))
+    return lines
 
 
 def _predicted(s: dict[str, Any]) -> float:

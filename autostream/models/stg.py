@@ -22,6 +22,29 @@ from autostream.scheduling.problem import SchedulingProblem
 SAMPLE = Path(__file__).with_name("sample.stg")
 
 
+def resolve_stg(path: str | Path) -> Path:
+    """The ``.stg`` file ``path`` names: as given (from the current directory), else a
+    file shipped with the package (``sample.stg``, or ``autostream/models/sample.stg`` as
+    the README writes it), from any directory.
+
+    >>> resolve_stg("autostream/models/sample.stg").resolve() == resolve_stg("sample.stg")
+    True
+    >>> resolve_stg("nowhere.stg")
+    Traceback (most recent call last):
+    ...
+    FileNotFoundError: STG file nowhere.stg does not exist (nor is it a file shipped with autostream); try the sample graph autostream/models/sample.stg
+    """
+    given = Path(path)
+    if given.is_file():
+        return given
+    package_root = SAMPLE.parents[2]  # the folder that holds the autostream package
+    for shipped in (package_root / given, SAMPLE.with_name(given.name)):
+        if not given.is_absolute() and shipped.is_file() and shipped.suffix == ".stg":
+            return shipped
+    raise FileNotFoundError(f"STG file {path} does not exist (nor is it a file shipped with "
+                            f"autostream); try the sample graph autostream/models/sample.stg")
+
+
 def benchmark_missing(root: Path) -> str:
     """Why the STG benchmark cannot run from ``root``, and where to get it.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +19,9 @@ from autostream.fx.capture import capture_graphs
 from autostream.fx.graph import OpGraph, build_op_graph
 from autostream.memory.budget import DEFAULT_MAX_MEMORY_INCREASE, MemoryBudget
 from autostream.memory.predict import GraphMemory
-from autostream.planning.evaluate import FitInputs, evaluate
-from autostream.planning.fit import PlanMemory, fit_plan
+from autostream.planning.defaults import DEFAULT_MAX_STREAMS, DEFAULT_SOLVER
+from autostream.planning.evaluate import Candidate, FitInputs, evaluate
+from autostream.planning.fit import FALLBACK_SOLVERS, PlanMemory, fit_plan
 from autostream.scheduling.placement import Placement
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import Schedule, Sync
@@ -56,8 +57,8 @@ class PlanOptions:
     ValueError: time_limit must be a number of seconds > 0 (or None: the solver's own, by the graph's size), got str 'abc'
     """
 
-    max_streams: int = 2
-    solver: str = "cpsat"
+    max_streams: int = DEFAULT_MAX_STREAMS
+    solver: str = DEFAULT_SOLVER
     cost_table: str | None = None
     #: seconds the solver may search (``None``: the solver's own, by the graph's size)
     time_limit: float | None = None
@@ -150,6 +151,8 @@ class Plan:
     core_budgets: Mapping[int, float] = field(default_factory=dict)
     #: the runtime the predictions are for (``autostream.cost.runtime_target``)
     runtime: str = ""
+    #: every plan weighed, timed as it would run; the plan is the fastest eligible one
+    weighed: tuple[Weighed, ...] = ()
 
     @property
     def predicted_speedup(self) -> float:
@@ -273,7 +276,10 @@ def plan_graph(
     only at a wait).  ``place`` is what the compiler does to a multi-stream plan's streams
     and syncs after the pass (``dialects.torchair_modes.GE_PLACEMENT``): every candidate,
     and every memory repair of it, is checked as placed, so the gain bar, the memory
-    budget and the plan's figures are those of the plan that runs.
+    budget and the plan's figures are those of the plan that runs.  Candidates are
+    compared by those figures, after every rule, never by the solver's own timing
+    (``Plan.weighed`` lists them): where a rule re-times CP-SAT's pick, the heuristics of
+    its portfolio are weighed again beside it.
     """
     with collector_paused():
         return _plan_graph(gm, options, cost_model, extra_deps, scope_overhead_us, place,
@@ -316,38 +322,35 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
     fit = FitInputs(op_graph, split_problem, GraphMemory.from_graph(gm), options.solver,
                     _resolve_options(options.solver, solver_options, len(split_problem.graph)),
                     costs, place)
-    chosen = single_plan = evaluate(fit, single, problem)
+    single_plan = evaluate(fit, single, problem)
     budget = options.memory_budget
     limit = budget.limit(single_plan.memory.peak_bytes) if budget is not None else None
     notes: list[str] = []
     watch.lap("syncs")
-    bar = single_plan.predicted_us * (1 - MIN_RELATIVE_GAIN)
+    choice = _Choice(fit, single_plan, limit, scope_overhead_us, notes)
     if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
         solved = get_solver(options.solver)(split_problem, **solver_options)
         watch.lap("solve")
-        how = f"{options.solver} plan" + (f" {place.label}" if place is not None else "")
-        candidate = evaluate(fit, solved, split_problem, how=how)
+        label = f" {place.label}" if place is not None else ""
+        candidate = evaluate(fit, solved, split_problem, how=f"{options.solver} plan{label}")
         if options.core_budgets:
             budgeted, note = with_core_budgets(fit, candidate, cost_model,
                                                         solver_options)
             notes += [note] if note else []
             candidate = budgeted or candidate
             watch.lap("solve")
-        if candidate.schedule.streams_used > 1 and candidate.predicted_us < bar:
-            chosen, fit_notes = fit_plan(fit, candidate, single_plan, limit, MIN_RELATIVE_GAIN)
-            notes += fit_notes
-        else:
-            notes.append(_not_faster_note(candidate, single_plan.predicted_us, costs))
+        # a rule that re-timed the solver's pick may have re-ranked its candidates
+        retimed = candidate.schedule is not solved or scope_overhead_us > 0
+        rivals = [evaluate(fit, s, split_problem, how=f"{s.solver} plan{label}")
+                  for s in (_portfolio(options.solver, split_problem, solved) if retimed else ())]
+        watch.lap("solve")
+        choice.weigh_streams(candidate, rivals)
         watch.lap("syncs")
     if transfers:
         overlapped = get_solver("overlap")(problem)
         watch.lap("solve")
-        reordered = evaluate(fit, overlapped, problem, how="collectives overlapped on one stream")
-        if (reordered.predicted_us < min(bar, chosen.predicted_us)
-                and (limit is None or reordered.memory.bound_bytes <= limit)):
-            chosen = reordered
-    if scope_overhead_us > 0 and chosen.schedule.streams_used > 1:
-        chosen = _scopes_grouped(fit, chosen, limit, notes)
+        choice.weigh(evaluate(fit, overlapped, problem, how="collectives overlapped on one stream"))
+    chosen = choice.best()
     watch.lap("syncs")
     return Plan(
         op_graph=op_graph,
@@ -359,6 +362,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
         plan_seconds=time.perf_counter() - t0,
         predicted_us=chosen.predicted_us,
         notes=tuple(notes),
+        weighed=tuple(choice.weighed()),
         memory=PlanMemory(chosen.memory.peak_bytes, single_plan.memory.peak_bytes, limit,
                           chosen.memory.reserved_bytes, chosen.memory, chosen.edges, chosen.how),
         stages=watch.times(),
@@ -368,6 +372,99 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
         core_budgets=dict(chosen.problem.graph.graph.get("core_budgets", {})),
         runtime=runtime_label(cost_model),
     )
+
+
+@dataclass(frozen=True)
+class Weighed:
+    """One plan the planner weighed, timed as it would run: after every rule a plan goes
+    through (collective waits on their launches' streams, the compiler's placement, the
+    launch order grouped into scopes, the memory fit)."""
+
+    how: str
+    predicted_us: float
+    streams_used: int
+    #: could ship: within the memory budget and, unless one stream in program order,
+    #: predicted at least ``MIN_RELATIVE_GAIN`` faster than it
+    eligible: bool
+
+
+class _Choice:
+    """The plans weighed for one graph, and the choice: the fastest eligible one, each
+    timed after every rule (ties: fewer streams, then the first weighed; one stream in
+    program order last).
+
+    A solver times its plan before the rules: a collective's wait moved back to its
+    launch's stream (``scheduling.waits``) or the compiler's placement can make the
+    fastest plan by the solver's timing slower than another; so the solver's plan and its
+    rivals (:func:`_portfolio`) are compared after the rules, not before.
+    """
+
+    def __init__(self, fit: FitInputs, single: Candidate, limit: int | None,
+                 scope_overhead_us: float, notes: list[str]) -> None:
+        self.fit, self.single, self.limit, self.notes = fit, single, limit, notes
+        self.scopes = scope_overhead_us > 0
+        self.bar = single.predicted_us * (1 - MIN_RELATIVE_GAIN)
+        self.candidates: list[Candidate] = []
+        self.own: Candidate | None = None
+
+    def weigh(self, candidate: Candidate) -> None:
+        self.candidates.append(candidate)
+
+    def weigh_streams(self, own: Candidate, rivals: Sequence[Candidate]) -> None:
+        """The solver's plan and its rivals, launch orders grouped into scopes; the fastest
+        of them fitted into the memory budget (:func:`fit_plan`) when over it."""
+        grouped = [self._grouped(c) for c in (own, *rivals)]
+        multi = [c for c in grouped if c.schedule.streams_used > 1]
+        self.own = grouped[0]
+        self.candidates += multi
+        best = min(multi, key=lambda c: c.predicted_us, default=own)
+        if best.schedule.streams_used <= 1 or best.predicted_us >= self.bar:
+            self.notes.append(_not_faster_note(self.own, self.single.predicted_us,
+                                               self.fit.costs))
+            return
+        fitted, fit_notes = fit_plan(self.fit, best, self.single, self.limit, MIN_RELATIVE_GAIN)
+        self.notes += fit_notes
+        if fitted is not best:
+            self.candidates.append(self._grouped(fitted))
+
+    def eligible(self, c: Candidate) -> bool:
+        if c.schedule.solver == "single":
+            return True
+        return (c.predicted_us < self.bar
+                and (self.limit is None or c.memory.bound_bytes <= self.limit))
+
+    def best(self) -> Candidate:
+        chosen = min((c for c in (*self.candidates, self.single) if self.eligible(c)),
+                     key=lambda c: (c.predicted_us, c.schedule.streams_used))
+        own = self.own
+        if (own is not None and chosen is not own and chosen.schedule.streams_used > 1
+                and own.schedule.streams_used > 1 and chosen.how != own.how):
+            self.notes.append(f"using {chosen.how}: {chosen.predicted_us:.1f} us as it would "
+                              f"run, against {own.predicted_us:.1f} us for the {own.how}")
+        self.notes[:] = list(dict.fromkeys(self.notes))
+        return chosen
+
+    def weighed(self) -> list[Weighed]:
+        return [Weighed(c.how, c.predicted_us, c.schedule.streams_used, self.eligible(c))
+                for c in (*self.candidates, self.single)]
+
+    def _grouped(self, c: Candidate) -> Candidate:
+        if not self.scopes or c.schedule.streams_used <= 1:
+            return c
+        return _scopes_grouped(self.fit, c, self.limit, self.notes)
+
+
+def _portfolio(solver: str, problem: SchedulingProblem, solved: Schedule
+               ) -> Iterator[Schedule]:
+    """The cheap heuristics CP-SAT weighs (by its own timing) beside its search, solved
+    again, one at a time, so the planner can weigh each after its rules (when a rule
+    re-timed CP-SAT's pick; else its choice stands); none for another solver (the user
+    chose it).  Their bound is the solver's when that is tighter (the same problem)."""
+    if solver != "cpsat":
+        return
+    for name in FALLBACK_SOLVERS:
+        s = get_solver(name)(problem)
+        yield dataclasses.replace(s, lower_bound=max(s.lower_bound, solved.lower_bound))
 
 
 def with_core_budgets(fit: FitInputs, candidate: Any, cost_model: CostModel,
@@ -456,9 +553,9 @@ def _not_faster_note(candidate, single_us: float, costs: RuntimeCosts) -> str:
                 f"{costs.segment_us:.0f} us per segment and "
                 f"{costs.op_us:.1f} us per node included"
                 if (costs.op_us or costs.call_us or costs.segment_us) and streams > 1 else "")
-    return (f"{candidate.how} ({candidate.predicted_us:.1f} us on {streams} "
-            f"streams{overhead}) is not faster than one stream ({single_us:.1f} us); "
-            "keeping one stream")
+    on = "one stream" if streams <= 1 else f"{streams} streams"
+    return (f"{candidate.how} ({candidate.predicted_us:.1f} us on {on}{overhead}) is not "
+            f"faster than one stream ({single_us:.1f} us); keeping one stream")
 
 
 def predicted_speedup_over_eager(single_stream_us: float, predicted_us: float,
@@ -533,8 +630,18 @@ def plan_model(
     options = PlanOptions(max_streams, solver, None if not isinstance(cost_table, str) else cost_table,
                           time_limit, max_memory_increase)
     cost_model = load_cost_model(cost_table)
+    return plan_graph(largest_graph(model_graphs(model, example_inputs)), options, cost_model)
+
+
+def model_graphs(model: torch.nn.Module, example_inputs: Any) -> list[torch.fx.GraphModule]:
+    """``model``'s post-AOT graphs, as ``torch.compile`` captures them (several where Dynamo
+    breaks the graph); ``ValueError`` when there is none."""
     graphs = capture_graphs(model, tuple(example_inputs))
     if not graphs:
         raise ValueError("torch.compile captured no graph for this model; nothing to plan")
-    gm = max(graphs, key=lambda g: len(g.graph.nodes))
-    return plan_graph(gm, options, cost_model)
+    return graphs
+
+
+def largest_graph(graphs: list[torch.fx.GraphModule]) -> torch.fx.GraphModule:
+    """The graph with the most nodes (the first of equals)."""
+    return max(graphs, key=lambda g: len(g.graph.nodes))

@@ -10,7 +10,7 @@ Every report is a function of plain data (``SchedulingProblem``, ``Schedule``,
 >>> g = nx.DiGraph([("a", "b"), ("a", "c")]); nx.set_node_attributes(g, 1.0, "duration")
 >>> results = plan_solvers(SchedulingProblem(g, streams=2), ["single", "heft"])
 >>> print(markdown_table(results).splitlines()[3][:40])
-| heft | 2 | 2 | 2.0 | 2.0 | 0.0% | 1.50
+| heft | 2 | 2 | 2.0* | 2.0 | 0.0% | 1.5
 """
 
 from autostream.report.compare import ReportFiles, parse_solvers, plan_solvers, write_reports

@@ -17,7 +17,7 @@ from pathlib import Path
 from autostream.cost.runtime_target import RuntimeCosts
 from autostream.memory.predict import GraphMemory, allocation_timeline, predict_memory
 from autostream.report.dot import write_graph
-from autostream.report.gantt import gantt_png
+from autostream.report.gantt import counted, gantt_png
 from autostream.report.table import SolverResult, markdown_table
 from autostream.report.trace import write_trace
 from autostream.scheduling.problem import SchedulingProblem
@@ -33,6 +33,10 @@ RUNTIME_NOTE = ("Multi-stream makespans are solved as `autostream plan` solves t
                 "multi-stream runtime's host costs per call, segment and op, which `plan` "
                 "includes: it keeps one stream unless that figure is at least 1% under the "
                 "single-stream time.")
+#: what the lower bound column is, under every table that solves on split durations
+BOUND_NOTE = ("The lower bound is the table's, the same in every row: no plan runs faster, "
+              "on one stream or on several; a plan on one stream is timed as `plan` runs it "
+              "(each op on all the intra-op threads), whichever solver found it.")
 
 
 def parse_solvers(text: str) -> list[str]:
@@ -103,7 +107,9 @@ def plan_solvers(
                                         error=f"{type(exc).__name__}: {exc}"))
             continue
         seconds = time.perf_counter() - t0
-        syncs, note = syncs_for(solved, schedule), None
+        schedule, note = _as_run(problem, solved, schedule)
+        solved = timed_problem(problem, split_problem, schedule)
+        syncs = syncs_for(solved, schedule)
         replayed = simulate_plan(solved, schedule, syncs)
         replay = replayed.makespan
         if abs(replay - schedule.makespan) > 1e-6 * max(1.0, schedule.makespan):
@@ -115,7 +121,67 @@ def plan_solvers(
         with_runtime = None if runtime is None else runtime_us(solved, schedule, syncs, runtime)
         results.append(SolverResult(name, schedule, syncs, seconds, None, note, overhead, peak,
                                     with_runtime))
-    return results
+    return with_one_bound(problem, split_problem, results)
+
+
+def timed_problem(problem: SchedulingProblem, split_problem: SchedulingProblem | None,
+                  schedule: Schedule) -> SchedulingProblem:
+    """The problem a plan is timed on, as ``autostream plan`` times it: a plan on several
+    streams on ``split_problem`` (each op on its stream's share of the intra-op
+    threads), a plan on one stream on ``problem`` (it runs as the graph itself, each op
+    on all of them), whichever solver found it."""
+    if split_problem is None or schedule.streams_used <= 1:
+        return problem
+    return split_problem
+
+
+def _as_run(problem: SchedulingProblem, solved: SchedulingProblem, schedule: Schedule
+            ) -> tuple[Schedule, str | None]:
+    """``schedule`` timed on the problem it runs on (:func:`timed_problem`), and a note
+    when that is not the one it was solved on."""
+    if schedule.streams_used > 1 or solved is problem:
+        return schedule, None
+    run = simulate_plan(problem, schedule, ())
+    note = (f"one stream: timed with each op on all intra-op threads, as `plan` runs it "
+            f"(solved at {schedule.makespan:,.1f} us, each op on a stream's share)")
+    return replace(schedule, start=run.start, end=run.end, makespan=run.makespan), note
+
+
+def table_bound(problem: SchedulingProblem, split_problem: SchedulingProblem | None,
+                results: Sequence[SolverResult]) -> float:
+    """One lower bound for every row: no plan of the graph runs faster, on one stream
+    (``problem``'s durations) or on several (``split_problem``'s, when given): the
+    lower of the two bounds, each the best a solver or the problem gives.
+
+    >>> import networkx as nx
+    >>> g = nx.DiGraph([("a", "b"), ("a", "c")]); nx.set_node_attributes(g, 1.0, "duration")
+    >>> table_bound(SchedulingProblem(g, 2), None, [])
+    2.0
+    """
+    solved = split_problem or problem
+    bounds = [r.schedule.lower_bound for r in results if r.ok and r.schedule is not None
+              and (r.solver != "single" or split_problem is None)]
+    multi = max([solved.lower_bound(), *bounds])
+    if split_problem is None:
+        return multi
+    return min(replace(problem, streams=1).lower_bound(), multi)
+
+
+def with_one_bound(problem: SchedulingProblem, split_problem: SchedulingProblem | None,
+                   results: Sequence[SolverResult]) -> list[SolverResult]:
+    """Every row with the table's bound (:func:`table_bound`); a row is optimal when its
+    solver proved it against that bound, or its makespan meets it."""
+    bound = table_bound(problem, split_problem, results)
+    out = []
+    for r in results:
+        s = r.schedule
+        if r.ok and s is not None:
+            met = s.makespan <= bound + 1e-9 * max(1.0, bound)
+            s = replace(s, lower_bound=bound,
+                        optimal=met or bool(s.optimal and s.lower_bound == bound))
+            r = replace(r, schedule=s)
+        out.append(r)
+    return out
 
 
 def runtime_us(problem: SchedulingProblem, schedule: Schedule, syncs: Sequence[Sync],
@@ -174,6 +240,8 @@ def write_reports(
             + (f"; cost table {table}" if table else "") + f".\n\n{table_text}\n")
     if any(r.runtime_us is not None for r in results):
         body += f"\n{RUNTIME_NOTE}\n"
+    if split_problem is not None:
+        body += f"\n{BOUND_NOTE}\n"
     if any(r.ok and r.schedule is not None and r.schedule.optimal for r in results):
         body += "\n`*`: proven optimal.\n"
     if notes:
@@ -184,12 +252,12 @@ def write_reports(
         if not r.ok or r.schedule is None:
             continue
         s, syncs = r.schedule, list(r.syncs)
-        solved = problem if r.solver == "single" or split_problem is None else split_problem
+        solved = timed_problem(problem, split_problem, s)
         label = f"{title}: " if title else ""
         files.gantt[r.solver] = gantt_png(
             out / f"{r.solver}_gantt.png", solved, s, syncs, kinds=kinds, memory=r.memory,
-            title=f"{label}{r.solver}, {s.makespan:,.1f} us on {s.streams_used} stream(s), "
-                  f"{len(syncs)} sync(s)")
+            title=f"{label}{r.solver}, {s.makespan:,.1f} us on "
+                  f"{counted(s.streams_used, 'stream')}, {counted(len(syncs), 'sync')}")
         files.trace[r.solver] = write_trace(
             out / f"{r.solver}_trace.json", solved, s, syncs,
             measured=(measured or {}).get(r.solver), kinds=kinds)

@@ -77,9 +77,6 @@ def gantt_figure(
         width = max(span.duration, horizon * 1e-3)  # keep zero-time ops visible
         bars.setdefault((span.stream, colours.get(kind[span.op], OTHER)), []).append(
             (span.start, width))
-        if len(tl.spans) <= _LABEL_LIMIT and span.duration > horizon * 0.04:
-            ax.text(span.start + span.duration / 2, lane_y[span.stream], str(span.op),
-                    ha="center", va="center", fontsize=6, clip_on=True)
     for (stream, colour), xs in sorted(bars.items()):  # one artist per lane and colour
         y = lane_y[stream]
         ax.broken_barh(xs, (y - 0.38, 0.76), facecolors=colour, edgecolors="white",
@@ -98,7 +95,7 @@ def gantt_figure(
         segments.append(((ev.record, y0), (x1, y1)))
     if segments and tl.output > tl.makespan * (1 + 1e-9):
         ax.axvline(tl.output, color="#D62728", lw=0.8, ls=":",
-                   label=f"outputs joined {tl.output:.1f} us")
+                   label=f"outputs joined {_us(tl.output)}")
     if len(segments) <= _ARROW_LIMIT:
         for a, b in segments:
             ax.annotate("", xy=b, xytext=a,
@@ -110,21 +107,22 @@ def gantt_figure(
         ax.add_collection(LineCollection(segments, colors="#D62728", linewidths=0.4,
                                          alpha=0.6))
     ax.axvline(tl.makespan, color="#D62728", lw=1.2,
-               label=f"makespan {tl.makespan:,.1f} us (ops and syncs)")
+               label=f"makespan {_us(tl.makespan)} (ops and syncs)")
     if with_runtime is not None:
         ax.axvline(with_runtime, color="#9467BD", lw=1.2, ls="-.",
-                   label=f"predicted {with_runtime:,.1f} us (the makespan and the runtime's "
+                   label=f"predicted {_us(with_runtime)} (the makespan and the runtime's "
                          f"host costs)")
     ax.axvline(schedule.lower_bound, color="#2CA02C", lw=1.2, ls="--",
-               label=f"lower bound {schedule.lower_bound:.1f} us")
+               label=f"lower bound {_us(schedule.lower_bound)}")
     ax.set_yticks([lane_y[s] for s in lanes])
     ax.set_yticklabels([stream_name(s) for s in lanes])
     ax.set_ylim(-0.7, len(lanes) - 0.3)
     ax.set_xlim(0, horizon * 1.04)
     ax.set_xlabel("" if memory is not None else "time (us)")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(title or f"{schedule.solver}: {len(tl.spans)} ops on {len(tl.streams)} "
-                 f"stream(s), {len(tl.syncs)} sync(s)", fontsize=10)
+    ax.set_title(title or f"{schedule.solver}: {counted(len(tl.spans), 'op')} on "
+                 f"{counted(len(tl.streams), 'stream')}, {counted(len(tl.syncs), 'sync')}",
+                 fontsize=10)
     handles = [Patch(color=c, label=k) for k, c in colours.items()]
     if any(colour == OTHER for _, colour in bars):
         handles.append(Patch(color=OTHER, label="other ops"))
@@ -137,7 +135,51 @@ def gantt_figure(
     ax.legend(handles=line_handles + handles, loc="upper left", bbox_to_anchor=(1.0, 1.0),
               fontsize=7, frameon=False)
     fig.tight_layout()
+    if len(tl.spans) <= _LABEL_LIMIT:
+        _label_bars(fig, ax, [sp for sp in tl.spans.values() if sp.duration > 0], lane_y)
     return fig
+
+
+def counted(n: int, word: str) -> str:
+    """``n`` and ``word``, plural unless one.
+
+    >>> counted(1, "stream"), counted(3, "sync")
+    ('1 stream', '3 syncs')
+    """
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def _us(x: float) -> str:
+    """Every figure of a chart in one form.
+
+    >>> _us(7720.84), _us(3.0)
+    ('7,720.8 us', '3.0 us')
+    """
+    return f"{x:,.1f} us"
+
+
+def _label_bars(fig, ax, spans, lane_y: Mapping[int, int]) -> None:
+    """Each op's name inside its bar, cut to the bar's width (ending in "…"), or none where
+    not even two characters fit: a label never runs over its neighbours.  Measured on the
+    laid-out chart, so call it after ``tight_layout``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = (fig.canvas if isinstance(fig.canvas, FigureCanvasAgg)
+                else FigureCanvasAgg(fig)).get_renderer()
+    for span in spans:
+        (x0, _), (x1, _) = ax.transData.transform([(span.start, 0.0), (span.end, 0.0)])
+        room = x1 - x0 - 2.0  # pixels, one of margin each side
+        name = str(span.op)
+        text = ax.text((span.start + span.end) / 2, lane_y[span.stream], name, ha="center",
+                       va="center", fontsize=6, clip_on=True)
+        width = text.get_window_extent(renderer).width
+        keep = len(name) if width <= room else int(len(name) * room / max(width, 1e-9))
+        while keep >= 2 and width > room:
+            text.set_text(name[:keep - 1] + "…")
+            width = text.get_window_extent(renderer).width
+            keep -= 1
+        if width > room:
+            text.remove()
 
 
 def _memory_panel(ax, memory: MemoryProfile, horizon: float) -> None:

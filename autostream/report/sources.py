@@ -9,8 +9,15 @@ from typing import Any
 from autostream.cost.runtime_target import RuntimeCosts
 from autostream.memory.predict import GraphMemory
 from autostream.models.modelspec import load_model_spec
-from autostream.models.stg import read_stg
-from autostream.planning.plan import build_problem, load_cost_model, plan_model
+from autostream.models.stg import read_stg, resolve_stg
+from autostream.planning.plan import (
+    PlanOptions,
+    build_problem,
+    largest_graph,
+    load_cost_model,
+    model_graphs,
+    plan_graph,
+)
 from autostream.scheduling.problem import SchedulingProblem
 
 
@@ -55,17 +62,31 @@ def problem_from_model(
     table = load_cost_model(cost_table)
     kind = getattr(getattr(table, "profile", None), "kind", "")
     costs = for_runtime(table, runtime or (default_runtime(kind) if kind else None))
-    plan = plan_model(model, example_inputs, max_streams=streams, solver="single",
-                      cost_table=costs, time_limit=time_limit)
+    graphs = model_graphs(model, example_inputs)
+    largest = largest_graph(graphs)
+    plan = plan_graph(largest, PlanOptions(max_streams=streams, solver="single",
+                                           time_limit=time_limit), costs)
     gm = next(iter(plan.op_graph.nodes.values()))["fx"].graph if len(plan.op_graph) else None
     split = plan.problem
     if any(getattr(e, "split", 1.0) != 1.0 for e in plan.estimates.values()):
         split = build_problem(plan.op_graph, plan.estimates, streams,
                               plan.problem.sync_latency_us, split=True,
                               transfers=plan.transfers)
-    return Source(plan.problem, title, (), GraphMemory.from_graph(gm) if gm is not None else None,
+    return Source(plan.problem, title, split_notes(graphs, largest),
+                  GraphMemory.from_graph(gm) if gm is not None else None,
                   split, RuntimeCosts.of(costs), table_label(table, cost_table, kind),
                   runtime_label(costs))
+
+
+def split_notes(graphs: list[Any], largest: Any) -> tuple[str, ...]:
+    """What a comparison of the largest graph leaves out when Dynamo split the model."""
+    if len(graphs) <= 1:
+        return ()
+    sizes = ", ".join(f"{len(g.graph.nodes)}" + (" (compared)" if g is largest else "")
+                      for g in graphs)
+    return (f"Dynamo split the model at graph breaks into {len(graphs)} graphs of {sizes} "
+            f"nodes; this compares the largest; `autostream plan SPEC` plans every one, "
+            f"as torch.compile does",)
 
 
 def problem_from_spec(
@@ -81,13 +102,10 @@ def problem_from_spec(
     >>> problem_from_spec("nowhere.stg", 2)
     Traceback (most recent call last):
     ...
-    FileNotFoundError: STG file nowhere.stg does not exist
+    FileNotFoundError: STG file nowhere.stg does not exist (nor is it a file shipped with autostream); try the sample graph autostream/models/sample.stg
     """
     if spec.endswith(".stg"):
-        if not Path(spec).is_file():
-            raise FileNotFoundError(f"STG file {spec} does not exist")
-
-        problem = read_stg(spec, streams=streams)
+        problem = read_stg(resolve_stg(spec), streams=streams)
         if sync_latency_us is not None:
             problem = SchedulingProblem(problem.graph, problem.streams, sync_latency_us,
                                         problem.capacity)
