@@ -205,3 +205,12 @@ def test_a_plan_that_meets_its_lower_bound_is_not_called_unproven():
     assert "(gap 0.00%)" in text
     close = describe("m:f", {**summary, "makespan_us": 5.0000001})
     assert "not proven optimal" in close and "(gap under 0.01%)" in close
+
+
+def test_plan_on_a_hand_placed_layer_says_to_check_it(capsys):
+    """The experts' layers are graphs with fake values and no inputs: ``plan`` reads the
+    graph itself (it crashed calling it with none) and points to ``check``."""
+    assert main(["plan", "autostream.models.experts:coarse"]) == 2
+    err = capsys.readouterr().err
+    assert "already contains stream op" in err and "autostream check SPEC" in err
+    assert "internal error" not in err

@@ -164,7 +164,12 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
     from autostream.fx.device import graph_device
     from autostream.passes import AutoStreamPass
 
-    graphs = capture_graphs(model, tuple(inputs))
+    import torch.fx
+
+    if isinstance(model, torch.fx.GraphModule) and not inputs:
+        graphs = [model]  # a graph with fake values and no inputs (the experts' layers)
+    else:
+        graphs = capture_graphs(model, tuple(inputs))
     if not graphs:
         raise ValueError("torch.compile captured no graph for this model; nothing to plan")
     largest = max(range(len(graphs)), key=lambda i: len(graphs[i].graph.nodes))
@@ -177,7 +182,9 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
     reports = [stream_pass.run(gm, runtime=runtime) for gm in graphs]  # logged: INFO lines
     report = reports[largest]
     if report.plan is None:
-        raise RuntimeError(f"the model could not be planned: {report.reason}")
+        hint = ("; it is placed by hand: `autostream check SPEC` checks it and sets autostream's "
+                "plan beside it" if "already contains stream op" in report.reason else "")
+        raise RuntimeError(f"the model could not be planned: {report.reason}{hint}")
     summary = report.figures()
     summary["solver"] = solver
     summary["solver_stats"] = solver_stats(report.plan.schedule)
