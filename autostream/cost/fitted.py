@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from autostream.cost.calibrate import device_name
-from autostream.cost.probe import Probe, run_probe
+from autostream.cost.probe import Probe, ProbeStarved, run_probe
 from autostream.cost.rescale import rescaled
 from autostream.cost.table import CostTable, TableError
 
@@ -39,8 +39,8 @@ log = logging.getLogger("autostream")
 PROBE_ENV = "AUTOSTREAM_COST_PROBE"
 CACHE_ENV = "AUTOSTREAM_COST_CACHE"
 _ON, _OFF = ("on", "1", "true", "yes"), ("off", "0", "false", "no")
-#: fitted tables this process could not write to their cache file, by path: probed once
-#: per process, not once per pass
+#: the tables of cache files this process could not write (or a probe that could not
+#: finish: the shipped table), by path: probed once per process, not once per pass
 _UNSAVED: dict[Path, CostTable] = {}
 
 
@@ -112,7 +112,15 @@ def fitted_table(shipped: CostTable, name: str, *, machine: str | None = None,
         table = _read(path, shipped)
         if table is not None:
             return table
-        table = rescaled(shipped, probe(shipped), name)
+        try:
+            table = rescaled(shipped, probe(shipped), name)
+        except ProbeStarved as exc:
+            _UNSAVED[path] = shipped
+            log.warning("autostream: the default cost table could not be fitted to this "
+                        "machine (%s); this process plans with the shipped table as it is, "
+                        "measured on %s, and the next one probes again", exc,
+                        shipped.device.get("name"))
+            return shipped
         try:
             table.save(path)
         except OSError as exc:
