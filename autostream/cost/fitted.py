@@ -100,9 +100,9 @@ def cache_path(shipped: CostTable, name: str, machine: str, root: Path) -> Path:
 
 def fitted_table(shipped: CostTable, name: str, *, machine: str | None = None,
                  root: Path | None = None,
-                 probe: Callable[[CostTable], Probe] = run_probe) -> CostTable:
+                 probe: Callable[[CostTable], Probe] | None = None) -> CostTable:
     """``shipped`` fitted to this machine: read from the cache, else probed (by ``probe``)
-    and kept there.  A cache that cannot be written logs a warning, and the table is kept
+    and kept there (``probe``: :func:`cost.probe.run_probe` when ``None``).  A cache that cannot be written logs a warning, and the table is kept
     in this process (the next process probes again)."""
     machine = machine or this_machine()
     path = cache_path(shipped, name, machine, root or cache_dir())
@@ -113,7 +113,7 @@ def fitted_table(shipped: CostTable, name: str, *, machine: str | None = None,
         if table is not None:
             return table
         try:
-            table = rescaled(shipped, probe(shipped), name)
+            table = rescaled(shipped, (probe or run_probe)(shipped), name)
         except ProbeStarved as exc:
             _UNSAVED[path] = shipped
             log.warning("autostream: the default cost table could not be fitted to this "
