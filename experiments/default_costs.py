@@ -28,8 +28,10 @@ from torch import nn
 
 from autostream.cost import CostTable, TableCostModel
 from autostream.cost.fitted import this_machine
-from autostream.cost.probe import Probe, ProbeStarved, run_probe
+from autostream.cost.free import is_free_target
+from autostream.cost.probe import Probe, ProbeStarved, plausible_us, run_probe
 from autostream.cost.rescale import rescaled
+from autostream.cost.signature import node_signature
 from autostream.fx.capture import capture_graphs
 from autostream.models import zoo
 from autostream.runtime.machine import LoadWatch
@@ -88,6 +90,13 @@ def eager_us(model: nn.Module, inputs: tuple, rounds: int = 5, per_round: int = 
                 this_round.append((clock() - t0) / 1e3)
             samples.append(this_round)
     return min(min(r) for r in samples)
+
+
+def plausible_eager_us(gm: torch.fx.GraphModule) -> float:
+    """The longest any CPU worth planning for takes to run ``gm``'s ops eagerly (the sum of
+    ``cost.probe.plausible_us``): a longer eager time waited for cores other processes held."""
+    return sum(plausible_us(node_signature(n)) for n in gm.graph.nodes
+               if n.op == "call_function" and not is_free_target(n.target))
 
 
 def slowed(table: CostTable, factor: float, name: str = "another CPU") -> CostTable:

@@ -149,11 +149,12 @@ def refuse(shipped: CostTable) -> Probe:
 
 def test_the_suite_never_probes(monkeypatch):
     from autostream.passes import AutoStreamPass
+    from autostream.planning.plan import load_cost_model
 
     assert os.environ[PROBE_ENV] == "off" and not probe_enabled()
     monkeypatch.setattr(fitted_module, "run_probe", refuse)
     assert default_table("cpu").model.table.digest() == SHIPPED.digest()
-    assert TableCostModel.default().table.digest() == SHIPPED.digest()
+    assert load_cost_model(None).table.digest() == SHIPPED.digest()
     assert AutoStreamPass().cost_model_for("cpu").table.digest() == SHIPPED.digest()
 
 
@@ -195,12 +196,14 @@ def test_plan_names_the_fitted_table(monkeypatch, capsys):
 
 
 # -- the probe itself (this test asks for it) ------------------------------------------------
+@pytest.mark.slow  # two captures, four eager timings and the probe: 5 s on an idle 2-core VM
 def test_the_probe_brings_a_table_of_a_4x_slower_machine_back_within_3x():
     from autostream.cost.probe import run_probe
     from autostream.fx.capture import capture_graphs
     from experiments.default_costs import (
         TARGET,
         eager_us,
+        plausible_eager_us,
         predicted_us,
         slowed,
         small_models,
@@ -211,7 +214,10 @@ def test_the_probe_brings_a_table_of_a_4x_slower_machine_back_within_3x():
     models = small_models((32,))
     graphs = {k: max(capture_graphs(m, x), key=lambda g: len(g.graph.nodes))
               for k, (m, x) in models.items()}
-    measured = {k: eager_us(m, x, rounds=3, per_round=10) for k, (m, x) in models.items()}
+    measured = {k: eager_us(m, x) for k, (m, x) in models.items()}
+    busy = [k for k, gm in graphs.items() if measured[k] > plausible_eager_us(gm)]
+    if busy:
+        pytest.skip(f"the machine is too busy to time {busy} eagerly: {measured} us")
     before = {k: predicted_us(TableCostModel(elsewhere), gm) / measured[k]
               for k, gm in graphs.items()}
     assert not all(map(within, before.values())), before  # the slowed table is off
@@ -220,6 +226,8 @@ def test_the_probe_brings_a_table_of_a_4x_slower_machine_back_within_3x():
     except ProbeStarved as exc:
         pytest.skip(f"the machine is too busy to probe: {exc}")
     fitted = TableCostModel(rescaled(elsewhere, probe, "cpu"))
+    # other processes only ever add time: the fastest of two timings, before and after the probe
+    measured = {k: min(t, eager_us(*models[k])) for k, t in measured.items()}
     after = {k: predicted_us(fitted, gm) / measured[k] for k, gm in graphs.items()}
     assert all(map(within, after.values())), (after, TARGET)
     assert probe.seconds <= 2.0

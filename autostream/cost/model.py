@@ -83,13 +83,10 @@ class TableCostModel:
 
     @classmethod
     def default(cls) -> TableCostModel:
-        """The shipped CPU table when present (fitted to this machine where it was measured
-        elsewhere: ``cost.defaults``), else a roofline on a generic CPU profile."""
+        """The shipped CPU table when present, else a roofline on a generic CPU profile."""
 
         if "cpu" in cost_models.available():
-            from autostream.cost.defaults import default_table  # defaults imports this module
-
-            return default_table("cpu").model
+            return cls.load("cpu")
         return cls(CostTable.from_profile(GENERIC_CPU))
 
     # -- device-level costs ------------------------------------------------------------
