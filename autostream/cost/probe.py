@@ -41,7 +41,7 @@ from autostream.cost.timing import CpuTimer
 #: matmuls ``x[M, K] @ w[N, K].T`` (M, K, N), without a bias and with one (``nn.Linear``):
 #: some of the shipped table's sizes, then larger ones
 MATMULS = ((8, 256, 256), (16, 512, 256), (64, 512, 1024), (128, 1024, 512))
-LINEARS = ((4, 512, 512), (32, 512, 1024), (128, 1024, 512))
+LINEARS = ((4, 512, 512), (24, 1024, 512), (128, 1024, 512))
 #: elementwise adds of two ``[rows, cols]`` tensors
 ELEMENTWISE = ((8, 64), (8, 256), (64, 1024), (512, 1024))
 #: timing rounds of each probe op, and its samples per round: as many as fit in
