@@ -130,10 +130,10 @@ def _probe(shipped: CostTable) -> Probe:
     sigs = [signature(f, args) for f, args in calls]
     plausible = [plausible_us(sig) for sig in sigs]
     settle(fns, plausible)
-    times = _robust_us(fns, timer)
+    times = _fastest_us(fns, timer)
     if starved(sigs, times) and time.perf_counter() - t0 < RETRY_BEFORE_S:
         settle(fns, plausible)
-        times = _robust_us(fns, timer)
+        times = _fastest_us(fns, timer)
     slow = starved(sigs, times)
     if slow:
         raise ProbeStarved(f"{slow}: other processes held the cores while the probe timed "
@@ -231,7 +231,7 @@ def signature(target: Any, args: Sequence[torch.Tensor]) -> OpSignature:
     return node_signature(call)
 
 
-def _robust_us(fns: Sequence[Callable[[], object]], timer: CpuTimer) -> list[float]:
+def _fastest_us(fns: Sequence[Callable[[], object]], timer: CpuTimer) -> list[float]:
     """Each function's fastest call over interleaved rounds: other processes only ever add
     time, and on a busy machine they can add it to most calls of several rounds."""
     rounds: list[list[list[float]]] = [[] for _ in fns]
