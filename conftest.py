@@ -18,6 +18,9 @@ from hypothesis import HealthCheck, settings
 
 os.environ["AUTOSTREAM_STRICT"] = "1"
 os.environ["AUTOSTREAM_WALL_CLOCK"] = "off"
+# the default CPU table is the shipped one as it is: no test probes the machine unless it
+# asks to (``cost.fitted``)
+os.environ["AUTOSTREAM_COST_PROBE"] = "off"
 settings.register_profile("autostream", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("autostream")
@@ -47,7 +50,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def private_state(tmp_path, monkeypatch):
-    """No test reads plans another test (or the user) stored, none writes to ~/.cache, and
-    experiments run from a test record their headline rows under the test's directory."""
+    """No test reads plans or fitted cost tables another test (or the user) stored, none
+    writes to ~/.cache, and experiments run from a test record their headline rows under the
+    test's directory."""
     monkeypatch.setenv("AUTOSTREAM_PLAN_CACHE", str(tmp_path / "plans"))
+    monkeypatch.setenv("AUTOSTREAM_COST_CACHE", str(tmp_path / "costs"))
     monkeypatch.setenv("AUTOSTREAM_HEADLINES", str(tmp_path / "headlines"))

@@ -2,7 +2,10 @@
 
 A CUDA graph planned with CPU timings would put ops on streams by the wrong costs, so
 the default follows the device: ``cpu`` -> the shipped measured ``cpu`` table,
-``cuda`` -> ``h200``, ``npu`` -> ``ascend910b``.  The accelerator tables are
+``cuda`` -> ``h200``, ``npu`` -> ``ascend910b``.  On a CPU other than the one the ``cpu``
+table was measured on, the table is first fitted to this machine by a short probe, kept in
+a cache (``cost.fitted``; ``AUTOSTREAM_COST_PROBE=off`` keeps the shipped table as it
+is).  The accelerator tables are
 spec-derived (datasheet peaks, never profiled), and a device type without a shipped
 table gets a roofline on a generic CPU profile: both come with a warning that says how
 to measure the device.
@@ -10,7 +13,7 @@ to measure the device.
 >>> choice = default_table("cuda")
 >>> choice.name, choice.model.profile.origin, "calibrate" in choice.warning
 ('h200', 'spec', True)
->>> default_table("cpu").warning is None
+>>> default_table("cpu").warning is None  # fitted to this machine unless probing is off
 True
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autostream.cost.fitted import fitted_table, measured_here, probe_enabled
 from autostream.cost.model import TableCostModel
 from autostream.cost.profile import GENERIC_CPU
 from autostream.cost.table import CostTable
@@ -46,6 +50,8 @@ def default_table(device_type: str) -> DefaultTable:
                             f"no cost table for {device_type!r} devices: planning with a roofline "
                             f"on a generic CPU profile; {how}")
     model = TableCostModel.load(name)
+    if device_type == "cpu" and probe_enabled() and not measured_here(model.table):
+        model = TableCostModel(fitted_table(model.table, name))
     warning = None
     if model.profile.origin != "measured":
         warning = (f"the default cost table of {device_type} graphs, {name!r}, is spec-derived "

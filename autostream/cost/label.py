@@ -29,6 +29,9 @@ def table_label(model: TableCostModel | Any, name: str | os.PathLike | None, dev
     kind = d.get("kind", model.profile.kind)
     how = (f"measured on {d['name']}" if model.profile.origin == "measured"
            else "spec-derived, not profiled")
+    if "probe" in d:  # cost.fitted
+        how = (f"shipped table rescaled to this machine by a {d['probe']['seconds']:.1f} s "
+               f"probe; measured on {d['probe']['measured_on']}")
     given = ("given" if name is not None
              else f"the default of {device} graphs")
     label = name if name is not None else DEFAULT_TABLES.get(device, model.profile.name)

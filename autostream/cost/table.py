@@ -35,9 +35,10 @@ TIMINGS = ("graph", "isolated", "replay")
 #: profile fields a table writes only when measured (non-zero)
 OPTIONAL_PROFILE = ("link_bandwidth", "link_latency_us", "link_share", "cores", "cores_source",
                     "graph_kernel_us", "graph_sync_us", "graph_call_us")
-#: where an entry's numbers come from: ``calibrate``'s micro-benchmarks, or a profile
-#: the user took (``calibrate --from-profile``)
-PROVENANCES = ("microbenchmark", "profile")
+#: where an entry's numbers come from: ``calibrate``'s micro-benchmarks, a profile the
+#: user took (``calibrate --from-profile``), or the probe that fitted a shipped table to
+#: this machine (``cost.rescale``)
+PROVENANCES = ("microbenchmark", "profile", "probe")
 
 
 class TableError(ValueError):

@@ -14,6 +14,7 @@ import torch.fx
 
 from autostream.comm import has_communication
 from autostream.cost import OpCost, TableCostModel, source_breakdown
+from autostream.cost.defaults import default_table
 from autostream.cost.runtime_target import RuntimeCosts, for_runtime, runtime_label
 from autostream.fx.capture import capture_graphs
 from autostream.fx.graph import OpGraph, build_op_graph
@@ -223,11 +224,11 @@ def runtime_suffix(runtime: str) -> str:
 
 
 def load_cost_model(cost_table: str | os.PathLike | CostModel | None) -> CostModel:
-    """The default cost model, a shipped table by name, a table file by path, or ``cost_table``
-    itself when it already is a cost model."""
+    """The default cost model (of CPU graphs, ``cost.defaults``), a shipped table by name, a
+    table file by path, or ``cost_table`` itself when it already is a cost model."""
 
     if cost_table is None:
-        return TableCostModel.default()
+        return default_table("cpu").model
     if isinstance(cost_table, (str, os.PathLike)):
         return TableCostModel.load(cost_table)
     return cost_table
