@@ -52,8 +52,9 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import torch
@@ -145,18 +146,26 @@ class _Output:
     offset: int = 0
 
 
-def _picker(indices: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
-    """The items of a sequence at ``indices``, as a tuple, in one C call.
+def _picker(indices: Sequence[int]) -> Callable[[Sequence[Any]], Iterable[Any]]:
+    """The items of a sequence at ``indices``, in C calls only: slices of its runs of
+    contiguous indices (Dynamo's lifted parameters are a few such runs).
 
-    >>> _picker([2, 0])("abc"), _picker([1])("abc"), _picker([])("abc")
-    (('c', 'a'), ('b',), ())
+    >>> [list(_picker(i)("abcde")) for i in ([4, 0], [1, 2, 4], [1], [])]
+    [['e', 'a'], ['b', 'c', 'e'], ['b'], []]
     """
-    if len(indices) > 1:
-        return operator.itemgetter(*indices)
-    if indices:
-        i = indices[0]
-        return lambda flat: (flat[i],)
-    return lambda flat: ()
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    if len(runs) > 8:  # scattered: one index at a time
+        return operator.itemgetter(*indices) if len(indices) > 1 else (
+            lambda flat: (flat[indices[0]],))
+    slices = [slice(a, b) for a, b in runs]
+    if len(slices) == 1:
+        return operator.itemgetter(slices[0])
+    return lambda flat: chain.from_iterable(map(flat.__getitem__, slices))
 
 
 @dataclass
@@ -178,7 +187,7 @@ class _Captured:
     #: (input index, type, value) of the inputs that are not tensors
     values: tuple[tuple[int, type, Any], ...]
     #: the by-address inputs of a call, and their addresses at capture
-    addressed: Callable[[Sequence[Any]], tuple[Any, ...]]
+    addressed: Callable[[Sequence[Any]], Iterable[Any]]
     addresses: tuple[int, ...]
 
     def fits(self, flat: Sequence[Any]) -> bool:
