@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves, tree_map
 
 
@@ -210,7 +210,8 @@ class _Reads(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         for t in tree_leaves((args, kwargs)):
             if isinstance(t, torch.Tensor) and id(t) not in self.reads:
-                self.reads[id(t)] = (weakref.ref(t), t.detach())
+                with _disable_current_modes():  # an alias, not an op of the body's
+                    self.reads[id(t)] = (weakref.ref(t), t.detach())
         return func(*args, **(kwargs or {}))
 
     def alive(self) -> dict[int, tuple[weakref.ref, torch.Tensor]]:
