@@ -407,7 +407,7 @@ class GraphRunner:
         side = {k: streams.new_stream() for k in self.program.side_streams}
         return graphs, streams, capture_stream, side
 
-    def _written_inputs(self) -> _Effects:
+    def _known_effects(self) -> _Effects:
         if self._effects is None:
             from autostream.cost.incontext import written_placeholders
             from autostream.fx.call_effects import trace_call_effects
@@ -424,7 +424,7 @@ class GraphRunner:
 
     def _capture(self, flat: Sequence[Any]) -> _Captured:
         _, graphs, streams, capture_stream, side = self._device
-        effects = self._written_inputs()
+        effects = self._known_effects()
         names = [p.name for p in self.program.placeholders]
         statics, copied = [], []
         for name, x in zip(names, flat, strict=True):
