@@ -12,7 +12,7 @@ does nothing.  A call's time is then the runner's own Python: finding the graph,
 the inputs, copying the one real input in and cloning the output (the copy and clone
 alone are timed beside it, and so is reading the 288 parameters' addresses, the floor of
 any check that a parameter has not moved).  Times are medians over rounds of
-back-to-back calls.  Target: <= 30 us a call.
+back-to-back calls, each round timing the three in turn.  Target: <= 30 us a call.
 
     python -m experiments.graph_host_cost
     python -m experiments.graph_host_cost --calls 5000 --rounds 9
@@ -96,15 +96,17 @@ def parameter_graph(layers: int = LAYERS) -> tuple[torch.fx.GraphModule, tuple[A
     return c.gm, c.args
 
 
-def per_call_us(call: Callable[[], Any], calls: int, rounds: int) -> float:
-    """Median over ``rounds`` of the mean time of ``calls`` back-to-back calls, us."""
-    times = []
+def per_call_us(calls: list[Callable[[], Any]], n: int, rounds: int) -> list[list[float]]:
+    """For each of ``calls``, the mean time of ``n`` back-to-back calls (us) in each of
+    ``rounds`` rounds; every round times each call in turn, so all see the same load."""
+    times: list[list[float]] = [[] for _ in calls]
     for _ in range(rounds):
-        start = time.perf_counter_ns()
-        for _ in range(calls):
-            call()
-        times.append((time.perf_counter_ns() - start) / calls / 1e3)
-    return statistics.median(times)
+        for call, out in zip(calls, times, strict=True):
+            start = time.perf_counter_ns()
+            for _ in range(n):
+                call()
+            out.append((time.perf_counter_ns() - start) / n / 1e3)
+    return times
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -130,10 +132,11 @@ def main(argv: list[str] | None = None) -> None:
     with torch.no_grad():
         runner(*inputs)  # warm-up and capture
         watch = LoadWatch()
-        own = per_call_us(lambda: runner(*inputs), args.calls, args.rounds)
-        copy_clone = per_call_us(floor, args.calls, args.rounds)
-        reads = per_call_us(addresses, args.calls, args.rounds)
+        times = per_call_us([lambda: runner(*inputs), floor, addresses], args.calls,
+                            args.rounds)
         load = watch.load()
+    own, copy_clone, reads = (statistics.median(t) for t in times)
+    rest = statistics.median(a - b - c for a, b, c in zip(*times, strict=True))
     print(f"machine: {this_machine()}; {load}" + (f" ({load.reason}: unreliable)"
                                                   if load.busy else ""))
     print(f"graph: {LAYERS} Linear(16, 16) layers, {len(inputs)} inputs of which {params} "
@@ -145,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"timed beside it: the input copy and output clone alone {copy_clone:.1f} us; "
           f"reading the {len(by_address)} parameters' addresses alone (one data_ptr() each, "
           f"what any check of them costs in Python) {reads:.1f} us; the runner's time less "
-          f"both: {own - copy_clone - reads:.1f} us")
+          f"both, per round: {rest:.1f} us")
 
 
 if __name__ == "__main__":
