@@ -333,3 +333,44 @@ def test_a_forked_child_makes_its_own_device_streams():
         answer = r.read()
     os.waitpid(pid, 0)
     assert parent == {1: 0} and answer == b"1", "the child reused its parent's stream"
+
+
+def test_no_other_thread_launches_on_the_shared_streams_during_a_capture():
+    """A capture holds its device's stream lock from warm-up to end: another thread's
+    uncaptured call on the same (shared) streams waits for it instead of landing in the
+    graph.  Checked from inside the fake capture: another thread cannot take the lock."""
+    streams, graphs = fake_device()
+
+    def stream_api(device: torch.device):
+        return streams
+
+    gm, inputs = _graphs()[1]
+    pool = device_streams(stream_api, torch.device("cpu"))
+    held_during_capture: list[bool] = []
+    capture = graphs.capture
+
+    def observed(graph, body, stream, mem_pool, join=None):
+        got: list[bool] = []
+        probe = threading.Thread(target=lambda: got.append(pool.lock.acquire(blocking=False)))
+        probe.start()
+        probe.join(HANG_S)
+        if got and got[0]:
+            pool.lock.release()
+        held_during_capture.append(got == [False])
+        return capture(graph, body, stream, mem_pool, join=join)
+
+    graphs.capture = observed
+    runner = GraphRunner(gm, graph_api=lambda d: graphs, stream_api=stream_api)
+    with torch.no_grad():
+        assert _same(runner(*inputs), SequentialRunner(gm)(*inputs))
+    assert runner.stats.captures == 1 and held_during_capture == [True]
+    # and an uncaptured call on those streams takes the same lock
+    entered: list[bool] = []
+    with pool.lock:
+        caller = threading.Thread(target=lambda: entered.append(
+            _same(StreamsRunner(gm, api=stream_api)(*inputs), SequentialRunner(gm)(*inputs))))
+        caller.start()
+        caller.join(0.3)
+        assert caller.is_alive() and not entered  # waits while the lock is held
+    caller.join(HANG_S)
+    assert entered == [True]

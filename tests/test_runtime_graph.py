@@ -153,7 +153,7 @@ def test_replays_equal_the_sequential_runtime_bit_for_bit(factory):
     for _ in range(3):
         got = as_tuple(runner(*args))
         assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
-    assert graphs.captures == 1 and runner.stats.replays == 3
+    assert graphs.captures == 1 and runner.stats.replays == 3 and runner.captured
     assert runner.refused is None and "captured 1 graph, 3 replays" in runner.describe()
 
 
@@ -282,15 +282,97 @@ def test_bad_options_name_the_fix():
         GraphRunner(gm, max_graphs=0)
 
 
-def test_a_bad_capture_sequence_never_reaches_the_device():
-    gm, _ = planned(moe_model)
+def test_a_bad_capture_sequence_is_refused_and_runs_on_one_stream():
+    gm, args = planned(moe_model)
     program = parse_program(gm)
     bad = dataclasses.replace(program, steps=tuple(s for s in program.steps
                                                    if s.kind != "wait"))
-    from autostream.runtime.program import ProgramError
+    streams, graphs = fake_device()
+    runner = GraphRunner(gm, bad, graph_api=lambda d: graphs, stream_api=lambda d: streams)
+    got = as_tuple(runner(*args))  # no ProgramError inside the caller's first call
+    want = as_tuple(SequentialRunner(gm)(*args))
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    assert graphs.captures == 0 and not runner.captured
+    assert "capture sequence is unsafe" in runner.refused
+    assert "with no wait ordering it after the write" in runner.refused
+    assert runner.describe().startswith("not captured: the plan's capture sequence is unsafe")
+    assert not [c for c in streams.log.calls if c[0] == "set_stream"]  # one stream: no switch
 
-    with pytest.raises(ProgramError, match="with no wait ordering it after the write"):
-        GraphRunner(gm, bad)
+
+# -- inputs: by address, copied, moved ------------------------------------------------------
+
+def test_a_moved_parameter_is_captured_again():
+    model, inputs = moe_model()
+    [c] = capture(model, inputs)
+    runner, _, graphs = fake_runner(c.gm)
+    runner(*c.args)
+    param = next(a for a in c.args if isinstance(a, torch.nn.Parameter))
+    param.data = param.data * 2 + 1  # what Module.to and .half() do: a new storage
+    got = as_tuple(runner(*c.args))
+    assert all(torch.equal(g, w) for g, w in zip(got, as_tuple(c.gm(*c.args)), strict=True))
+    assert runner.stats.recaptures == 1 and graphs.captures == 2
+    assert "1 recaptures (an input moved)" in runner.describe()
+
+
+def test_the_fake_device_replays_a_moved_tensor_from_its_old_address():
+    """The fake device's own contract, which the test above relies on."""
+    streams, graphs = fake_device()
+    w = torch.nn.Parameter(torch.ones(2))
+    graph = graphs.new_graph()
+    out = graphs.capture(graph, lambda: w * 3, streams.new_stream(), graphs.new_pool())
+    w.data = torch.full((2,), 5.0)
+    graphs.replay(graph)
+    assert torch.equal(out, torch.full((2,), 3.0))  # read where w lay at capture
+
+
+def test_shapes_and_values_alternate_without_recapture():
+    gm = torch.fx.symbolic_trace(lambda x, w, n: (x @ w) * n)
+    runner, _, graphs = fake_runner(gm)
+    w = torch.nn.Parameter(torch.randn(3, 3))
+    for _ in range(2):
+        for rows, n in ((2, 2), (4, 2), (2, 3)):
+            x = torch.randn(rows, 3)
+            assert torch.equal(runner(x, w, n), (x @ w) * n)
+    assert graphs.captures == 3 and runner.stats.replays == 6
+    assert runner.stats.recaptures == 0 and runner.captured
+
+
+def test_parameters_are_read_by_address_even_when_effects_are_unknown():
+    # symbolic_trace: no example values, so what the graph writes cannot be traced
+    gm = torch.fx.symbolic_trace(lambda x, w: x @ w)
+    runner, _, _ = fake_runner(gm)
+    x, w = torch.randn(2, 3), torch.nn.Parameter(torch.randn(3, 3))
+    for _ in range(2):
+        assert torch.equal(runner(x, w), x @ w)
+    assert runner.stats.by_address_inputs == 1 and runner.stats.copied_inputs == 1
+    assert runner.stats.effects_unknown and runner.stats.snapshot_bytes == x.nbytes
+    assert "effects unknown (" in runner.describe()
+
+
+def test_a_parameter_a_schema_writes_is_copied_and_written_once_per_call():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def step(w, x):
+        w.add_(x)
+        return w * 2
+
+    gm = make_fx(step)(torch.zeros(3), torch.ones(3))
+    runner, _, _ = fake_runner(gm)
+    w = torch.nn.Parameter(torch.zeros(3))
+    for i in range(3):
+        assert torch.equal(runner(w, torch.ones(3)), torch.full((3,), 2.0 * (i + 1)))
+    assert torch.equal(w, torch.full((3,), 3.0))  # not written by the warm-up or capture
+    assert runner.stats.by_address_inputs == 0 and runner.stats.copied_inputs == 2
+
+
+def test_a_snapshot_over_the_budget_is_refused_with_its_reason():
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)  # effects unknown: writes need a snapshot
+    runner, _, graphs = fake_runner(gm, snapshot_bytes=8)
+    x = torch.arange(3.0)  # 12 bytes
+    assert torch.equal(runner(x), x * 2)
+    assert graphs.captures == 0 and not runner.captured
+    assert "would snapshot 12 bytes of copied inputs, over snapshot_bytes=8" in runner.refused
+    assert "give the graph example values" in runner.refused
 
 
 @pytest.mark.cuda

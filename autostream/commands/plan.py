@@ -159,12 +159,12 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
     ``graphs`` (every graph's, in capture order) when Dynamo split the model;
     ``pass_seconds`` is all of the largest's but the capture.  ``runtime``: the runtime
     the costs are for (``auto``: the default of the table's device)."""
+    import torch.fx
+
     from autostream.cost.runtime_target import default_runtime
     from autostream.fx.capture import capture_graphs
     from autostream.fx.device import graph_device
     from autostream.passes import AutoStreamPass
-
-    import torch.fx
 
     if isinstance(model, torch.fx.GraphModule) and not inputs:
         graphs = [model]  # a graph with fake values and no inputs (the experts' layers)

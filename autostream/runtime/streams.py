@@ -147,18 +147,22 @@ class StreamsRunner:
         device = input_device(tuple(env[p] for p in self.program.placeholders))
         api, side = self._streams_for(device)
         if not self.record_memory:
-            return self._run(env, api, side)
+            return self._run(env, api, side, device)
         out, self.last_memory = allocator_peak(api, list(env.values()),
-                                               lambda: self._run(env, api, side))
+                                               lambda: self._run(env, api, side, device))
         return out
 
-    def _run(self, env: Env, api: StreamAPI, side: dict[int, Any]) -> Any:
+    def _run(self, env: Env, api: StreamAPI, side: dict[int, Any], device: torch.device
+             ) -> Any:
         call = DeviceCall(self.gm, env, api, api.current_stream(), side)
-        call.fork()
-        try:
-            interpret(self.program.steps, call)
-        finally:
-            call.join()
+        # the side streams are the device's, shared: never launch on one another thread
+        # is capturing (runtime/stream_pool.py)
+        with device_streams(self._make_api, device).lock:
+            call.fork()
+            try:
+                interpret(self.program.steps, call)
+            finally:
+                call.join()
         # Held cross-stream values die with ``env`` here, after the join.
         return collect_outputs(self.gm, self.program, env)
 
