@@ -20,7 +20,7 @@ from autostream.cost.runtime_target import DEVICE_RUNTIMES, RuntimeCosts, for_ru
 from autostream.dialects.reinplace import reinplace_all_reduces
 from autostream.fx.call_effects import EffectsUnknown, aot_mutated_inputs
 from autostream.passes import AutoStreamPass, Outcome, PassReport, graph_device, strict
-from autostream.planning.anytime import FAST_SOLVER, BackgroundPlan, anytime_from_environment
+from autostream.planning.anytime import BackgroundPlan, anytime_from_environment
 from autostream.planning.lift import LiftedPlan, LiftError, lift_plan
 from autostream.planning.plan import Plan
 from autostream.report.latest import announce, tell
@@ -301,7 +301,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
                    f"the fast plan {before:.1f} us)")
             tell(f"autostream: {why}")
             choice, plan_name = report.choice, _plan_name(report)
-            if choice is not None and plan_name in choice.candidates and new.applied:
+            if choice is not None and new.applied:
                 lifted = lifted_runner(gm, example_inputs, new.plan, report, "new plan")
                 report.lift = lifts[-1]
                 choice.remeasure(plan_name, lifted or compiled)  # the plan alone, again
@@ -312,8 +312,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         def ready() -> bool:  # never in the middle of a measurement
             return report.choice is None or not report.choice.measuring
 
-        switch = PlanSwitch(fn, job, adopt, f"fast plan ({FAST_SOLVER})", "CP-SAT's plan",
-                            ready)
+        fast = report.plan.schedule.solver if report.applied else "one stream"
+        switch = PlanSwitch(fn, job, adopt, f"fast plan ({fast})", "CP-SAT's plan", ready)
         report.anytime = switch.log
         return switch
 

@@ -52,7 +52,7 @@ from autostream.fx.device import graph_device
 from autostream.fx.graph import target_name
 from autostream.memory.budget import format_bytes
 from autostream.planning.agree import check_through_store, graph_key, outcome_digest
-from autostream.planning.anytime import FAST_SOLVER, BackgroundPlan, copy_module
+from autostream.planning.anytime import BackgroundPlan, copy_module, fast_solve, load_cpsat
 from autostream.planning.check import HandCheck, check_placement
 from autostream.planning.plan import (
     MIN_RELATIVE_GAIN,
@@ -64,7 +64,6 @@ from autostream.planning.plan import (
 from autostream.report.latest import announce
 from autostream.report.summary import pass_summary
 from autostream.scheduling.core_budgets import cores_missing, scope_keys
-from autostream.scheduling.solvers import get_solver
 from autostream.scheduling.solvers.cpsat.cancel import (
     Cancelled,
     CancelScope,
@@ -430,13 +429,13 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         solver; when one was, the synchronous plan of a copy of the graph (taken before the
         rewrite), to make in the background."""
         pristine = copy_module(gm)
-        scope = CancelScope(fallback=get_solver(FAST_SOLVER))
+        scope = CancelScope(fallback=fast_solve)
         with cancellable(scope):
             report = self._plan_and_rewrite_once(gm, example_inputs, None, runtime)
         if not scope.missed:
             return report  # the synchronous plan, from the cache
         job = BackgroundPlan(functools.partial(self._plan_in_thread, pristine, example_inputs,
-                                               runtime), pristine)
+                                               runtime), pristine, load_cpsat)
         return dataclasses.replace(report, background=job)
 
     def _plan_in_thread(self, gm: torch.fx.GraphModule, example_inputs: Any,

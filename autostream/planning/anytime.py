@@ -1,7 +1,8 @@
 """Anytime planning: a heuristic plan at once, CP-SAT's plan of the same graph in a thread.
 
-The backend's compile returns with a fast plan (HEFT, then the memory fit, verified like
-any plan); a :class:`BackgroundPlan` then runs the synchronous pass on a copy of the graph
+The backend's compile returns with a fast plan (the best predicted of HEFT and the cheap
+baselines, :func:`fast_solve`; then the memory fit, verified like any plan; CP-SAT's own
+plan wherever the plan cache has it); a :class:`BackgroundPlan` then runs the synchronous pass on a copy of the graph
 taken before the rewrite (:func:`copy_module`), so its plan is the one a synchronous
 compile with the same options gives (the same function on the same graph; CP-SAT stops on
 its deterministic clock), and its CP-SAT solves fill the plan cache as a synchronous solve
@@ -37,13 +38,18 @@ from typing import Any
 import torch.fx
 from torch.fx._lazy_graph_module import _make_graph_module
 
+from autostream.scheduling.problem import SchedulingProblem
+from autostream.scheduling.schedule import Schedule
+from autostream.scheduling.solvers import get_solver
 from autostream.scheduling.solvers.cpsat.cancel import Cancelled, CancelScope, cancellable
 
 log = logging.getLogger("autostream")
 
 ANYTIME_ENV = "AUTOSTREAM_ANYTIME"
-#: the solver of the plan a compile returns with, while CP-SAT plans in the background
-FAST_SOLVER = "heft"
+#: the solvers whose best predicted plan a compile returns with, while CP-SAT plans in the
+#: background: HEFT and the cheap baselines CP-SAT's own choice weighs (nimble, quadratic,
+#: left out), in the order ties go
+FAST_SOLVERS = ("single", "heft", "critical_path", "opara", "tf_greedy", "round_robin")
 #: the longest the interpreter's exit waits for a cancelled plan's thread (seconds)
 JOIN_AT_EXIT_S = 5.0
 
@@ -69,6 +75,26 @@ def anytime_from_environment() -> bool:
     raise ValueError(f"{ANYTIME_ENV}={os.environ[ANYTIME_ENV]!r}: use 'on' (the default: "
                      f"CP-SAT improves a fast plan in the background) or 'off' (plan "
                      f"synchronously)")
+
+
+def fast_solve(problem: SchedulingProblem) -> Schedule:
+    """The fastest predicted plan of ``FAST_SOLVERS`` (ties: fewer streams, then their
+    order): CP-SAT's candidates without its searches, in hundredths of a second.
+
+    >>> import networkx as nx
+    >>> g = nx.DiGraph([("a", "b"), ("a", "c")])
+    >>> nx.set_node_attributes(g, 10.0, "duration")
+    >>> s = fast_solve(SchedulingProblem(g, streams=2))
+    >>> s.makespan, s.streams_used
+    (20.0, 2)
+    """
+    plans = [get_solver(name)(problem) for name in FAST_SOLVERS]
+    return min(plans, key=lambda s: (round(s.makespan, 6), s.streams_used))
+
+
+def load_cpsat() -> None:
+    """Import what a CP-SAT solve imports on use (a ``BackgroundPlan``'s ``prepare``)."""
+    import autostream.scheduling.solvers.cpsat.planner  # noqa: F401
 
 
 def copy_module(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -106,9 +132,13 @@ class BackgroundPlan:
     (True, 'done', 42)
     """
 
-    def __init__(self, work: Callable[[], Any], gm: torch.fx.GraphModule | None = None
-                 ) -> None:
+    def __init__(self, work: Callable[[], Any], gm: torch.fx.GraphModule | None = None,
+                 prepare: Callable[[], Any] | None = None) -> None:
         self._work: Callable[[], Any] | None = work
+        #: run by :meth:`start` in the caller's thread: the modules ``work`` imports, which a
+        #: thread must not import while the caller imports others (Python's per-module
+        #: import locks, taken in another order, hand one of them a half-initialised module)
+        self._prepare = prepare
         #: the graph ``work`` plans (and rewrites), when it is a graph's plan
         self.gm = gm
         self._scope = CancelScope()
@@ -130,6 +160,8 @@ class BackgroundPlan:
         """Start the thread (once; a cancelled or forked plan stays so)."""
         if self.state != "waiting":
             return
+        if self._prepare is not None:
+            self._prepare()
         self.state = "running"
         self._thread = threading.Thread(target=self._run, name="autostream-plan", daemon=True)
         self._thread.start()

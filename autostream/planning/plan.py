@@ -325,7 +325,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
     if options.max_streams > 1 and op_graph.number_of_nodes() > 1:
         solved = get_solver(options.solver)(split_problem, **solver_options)
         watch.lap("solve")
-        how = f"{options.solver} plan" + (f" {place.label}" if place is not None else "")
+        how = f"{solved.solver} plan" + (f" {place.label}" if place is not None else "")
         candidate = evaluate(fit, solved, split_problem, how=how)
         if options.core_budgets:
             budgeted, note = with_core_budgets(fit, candidate, cost_model,

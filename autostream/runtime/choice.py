@@ -264,9 +264,10 @@ class MeasuredChoice:
         return out
 
     def remeasure(self, name: str, fn: Callable[..., Any]) -> None:
-        """``name`` now runs ``fn`` (a new plan): time it alone in ``trials`` rounds, then
-        decide again against the other candidates' first-decision samples (they run the
-        same callables as before, so they are not timed again).
+        """``name`` now runs ``fn`` (a new plan; a new candidate if ``name`` is not one):
+        time it alone in ``trials`` rounds, then decide again against the other
+        candidates' first-decision samples (they run the same callables as before, so they
+        are not timed again).
 
         >>> now = [0.0]
         >>> def slow(x): now[0] += 0.002; return x
@@ -280,7 +281,7 @@ class MeasuredChoice:
         """
         with self._lock:
             if name not in self.candidates:
-                raise ValueError(f"{name!r} is not a candidate ({', '.join(self._names)})")
+                self._names.append(name)
             self.candidates[name] = fn
             self.samples[name] = []
             self.schedule = rounds_schedule([name], self.trials)
