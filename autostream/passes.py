@@ -69,6 +69,7 @@ from autostream.scheduling.solvers.cpsat.cancel import (
     CancelScope,
     cancellable,
 )
+from autostream.scheduling.solvers.cpsat.options import CpsatOptions
 from autostream.stages import StageTimes, Stopwatch, collector_paused
 from autostream.version import __version__
 
@@ -149,6 +150,8 @@ class PassReport:
     #: the synchronous plan of the graph, made in a thread, when this report's plan is the
     #: fast one a compile returns with (``planning.anytime``; ``None``: this is that plan)
     background: BackgroundPlan | None = field(default=None, compare=False)
+    #: the CP-SAT search's time limit, in words ("" unless CP-SAT planned the graph)
+    time_limit: str = ""
 
     @property
     def applied(self) -> bool:
@@ -413,7 +416,17 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             else:
                 report = self._plan_and_rewrite_graph(gm, example_inputs, mode, runtime)
         device = graph_device(gm.graph, example_inputs)
-        return dataclasses.replace(report, device=device, cost_table=self.table_label(device))
+        return dataclasses.replace(report, device=device, cost_table=self.table_label(device),
+                                   time_limit=self._time_limit_text(report.plan))
+
+    def _time_limit_text(self, plan: Plan | None) -> str:
+        """The time limit CP-SAT planned ``plan`` under (``CpsatOptions.seconds``), in words."""
+        if plan is None or plan.schedule.solver != "cpsat":
+            return ""
+        if self.time_limit is not None:
+            return f"{self.time_limit:g} s (time_limit)"
+        seconds = CpsatOptions().seconds(len(plan.problem.graph))
+        return f"{seconds:.2f} s (by the graph's size: no time_limit)"
 
     def table_label(self, device_type: str) -> str:
         """The cost table of graphs on ``device_type``, in words (``cost.label.table_label``)."""
@@ -443,7 +456,8 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         """What a synchronous compile gives ``gm``: the background plan."""
         report = self._plan_and_rewrite_once(gm, example_inputs, None, runtime)
         device = graph_device(gm.graph, example_inputs)
-        return dataclasses.replace(report, device=device, cost_table=self.table_label(device))
+        return dataclasses.replace(report, device=device, cost_table=self.table_label(device),
+                                   time_limit=self._time_limit_text(report.plan))
 
     def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any,
                                 mode: str | None = None, runtime: str | None = None
