@@ -141,7 +141,7 @@ class BackgroundPlan:
         self._prepare = prepare
         #: the graph ``work`` plans (and rewrites), when it is a graph's plan
         self.gm = gm
-        self._scope = CancelScope()
+        self._scope = CancelScope(deterministic=True)
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self.state = "waiting"

@@ -59,12 +59,14 @@ def solve(problem: SchedulingProblem, **options: object) -> Schedule:
     (5.0, True, 2)
     """
     opts = CpsatOptions.from_options(options)
+    scope = cancel.current()
+    if scope is not None and scope.deterministic:
+        opts = dataclasses.replace(opts, wall_clock=False)
     started = time.perf_counter()
     cache = PlanCache.from_environment() if opts.cache else None
     path = cache.path(problem, opts) if cache is not None else None
     if path is not None and (hit := PlanCache.load(path, problem)) is not None:
         return _stamp_time(hit, started)
-    scope = cancel.current()
     if scope is not None and scope.fallback is not None:  # a compile's fast plan
         scope.missed = True
         return scope.fallback(problem)

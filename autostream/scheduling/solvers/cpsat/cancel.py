@@ -38,9 +38,13 @@ class CancelScope:
     True
     """
 
-    def __init__(self, fallback: Callable[..., Any] | None = None) -> None:
+    def __init__(self, fallback: Callable[..., Any] | None = None,
+                 deterministic: bool = False) -> None:
         #: the solver that answers a solve the plan cache cannot (``None``: CP-SAT searches)
         self.fallback = fallback
+        #: the searches stop on CP-SAT's deterministic clock alone (``wall_clock=False``): a
+        #: background plan has no caller waiting, and must be the plan its options give
+        self.deterministic = deterministic
         #: whether some solve was answered by ``fallback``
         self.missed = False
         self._event = threading.Event()
