@@ -293,6 +293,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             if _same_plan(old, new):
                 return None, f"CP-SAT's plan ({took}) is the fast plan: nothing to switch"
             before = _predicted(old)
+            _retire_runners(report.graph_runners)
             stream_pass.reports.append(new)
             report.passes[-1] = new
             slot.fn = aten_runner(job.gm, new, report.runtime, report.graph_runners,
@@ -482,6 +483,10 @@ class BackendReport:
                 out["load"] = self.choice.load.figures()
         else:
             out["kept"] = self.kept
+        if self.anytime is not None:
+            out["plans"] = [{"plan": s.plan, "first_call": s.first, "last_call": s.last}
+                            for s in self.anytime.segments]
+            out["plan_switch"] = self.anytime.outcome
         if self.runtime:
             out["runtime"] = self.runtime
             out["capture"] = self.capture_refused or {label: r.describe()
@@ -524,6 +529,23 @@ def _runtime_for(runtime: str, gm: torch.fx.GraphModule, example_inputs: Sequenc
            "torch.no_grad() to capture)" if training
            else capture_refusal(gm, device, example_inputs))
     return ("streams", why) if why else ("graph", "")
+
+
+class _Retired:
+    """A graph runner a new plan replaced, as the report tells it (its captured graphs
+    are released with the runner)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def describe(self) -> str:
+        return f"{self.text} (replaced by the new plan)"
+
+
+def _retire_runners(graphs: list[tuple[str, Any]]) -> None:
+    """Keep only the words of the fast plan's graph runners."""
+    graphs[:] = [(label, _Retired(r.describe()) if label == "plan" else r)
+                 for label, r in graphs]
 
 
 def _same_plan(old: PassReport | None, new: PassReport) -> bool:

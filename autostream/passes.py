@@ -150,7 +150,7 @@ class PassReport:
     #: the synchronous plan of the graph, made in a thread, when this report's plan is the
     #: fast one a compile returns with (``planning.anytime``; ``None``: this is that plan)
     background: BackgroundPlan | None = field(default=None, compare=False)
-    #: the CP-SAT search's time limit, in words ("" unless CP-SAT planned the graph)
+    #: the CP-SAT searches' time limit, in words ("" unless CP-SAT planned the graph)
     time_limit: str = ""
 
     @property

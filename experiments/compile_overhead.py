@@ -12,8 +12,9 @@ wide fan-out model (16 parallel branches of two linears), and torchvision's Goog
 when torchvision imports (else skipped, saying so).
 
 ``--quality`` also checks the plan the backend ends with after its background solve
-against a synchronous CP-SAT plan (predicted makespan) on every model of
-``autostream.models.zoo``.
+against a synchronous compile's CP-SAT plan (predicted makespan) on every model of
+``autostream.models.zoo``, both without the plan cache and on CP-SAT's deterministic
+clock (``AUTOSTREAM_WALL_CLOCK=off``).
 
     python -m experiments.compile_overhead
     python -m experiments.compile_overhead --runs 3 --models fanout --quality
@@ -129,6 +130,9 @@ def quality() -> list[dict[str, Any]]:
     import autostream
     from autostream.models.zoo import ZOO
 
+    # no plan from an earlier solve, and both sides on CP-SAT's deterministic clock (the
+    # background's own), so that a loaded machine cuts neither
+    os.environ.update({"AUTOSTREAM_PLAN_CACHE": "off", "AUTOSTREAM_WALL_CLOCK": "off"})
     rows = []
     for name, factory in ZOO.items():
         model, inputs = factory()

@@ -284,3 +284,13 @@ def test_the_final_plan_is_the_synchronous_plan(name, monkeypatch):
     report = fn.last_report
     assert report.plan.predicted_us == sync.plan.predicted_us
     assert _streams(report) == _streams(sync)
+
+
+def test_the_torchair_pass_plans_synchronously_and_names_its_time_limit():
+    model, inputs = two_branch_gemv()
+    from autostream.fx.capture import capture_graphs
+
+    gm = max(capture_graphs(model, inputs), key=lambda g: len(g.graph.nodes))
+    report = AutoStreamPass(max_streams=2).run(gm, inputs, mode="max-autotune")
+    assert report.background is None and report.plan.schedule.solver == "cpsat"
+    assert "search budget 0.03 s (by the graph's size: no time_limit)" in report.summary()

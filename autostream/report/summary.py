@@ -37,4 +37,4 @@ def plan_lines(report: Any) -> list[str]:
     return [f"{table}; cost sources: {plan.cost_sources}",
             f"solver {plan.schedule.solver} ({solved}), {plan.op_graph.number_of_nodes()} ops, "
             f"planned in {plan.plan_seconds:.2f} s"
-            + (f", time limit {report.time_limit}" if getattr(report, "time_limit", "") else "")]
+            + (f", search budget {report.time_limit}" if getattr(report, "time_limit", "") else "")]
