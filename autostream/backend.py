@@ -37,7 +37,7 @@ from autostream.runtime.select import (
     make_runner,
     select_runtime,
 )
-from autostream.runtime.switch import PlanLog, PlanSwitch
+from autostream.runtime.switch import PlanLog, PlanSwitch, compiling
 
 #: Single-stream alternatives the backend can measure the plan against.
 FALLBACKS = ("eager", "inductor")
@@ -119,7 +119,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
 
     The compile plans like one stream (``planning.anytime``): each CP-SAT solve is answered
     by the plan cache, else by the best of HEFT and the cheap baselines; CP-SAT then plans
-    the graph in a background thread from its second call, and its plan (the one a
+    the graph in a background thread from a later call, once no graph has compiled for a
+    quarter of a second, and its plan (the one a
     synchronous compile gives, stored in the plan cache for the next process) takes over
     between two calls, re-measured alone against the one-stream candidates
     (``runtime.switch``; ``BackendReport.anytime`` says which plan ran which calls).
@@ -216,12 +217,13 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         report.runtime, report.capture_refused = _runtime_for(runtime, gm, example_inputs,
                                                               device, training)
         current["report"] = report
-        compiled = aot_compile(gm, example_inputs)
-        report.passes = list(reports)
-        fn = choose(gm, example_inputs, compiled, report)
-        job = report.pass_report.background if report.pass_report is not None else None
-        if job is not None:
-            fn = switching(gm, example_inputs, compiled, fn, job, report, slots[-1])
+        with compiling():  # no background plan starts meanwhile
+            compiled = aot_compile(gm, example_inputs)
+            report.passes = list(reports)
+            fn = choose(gm, example_inputs, compiled, report)
+            job = report.pass_report.background if report.pass_report is not None else None
+            if job is not None:
+                fn = switching(gm, example_inputs, compiled, fn, job, report, slots[-1])
         compile_fn.last_report = report
         announce(report, report.log_level)
         return _holding(fn, report)

@@ -47,9 +47,10 @@ log = logging.getLogger("autostream")
 
 ANYTIME_ENV = "AUTOSTREAM_ANYTIME"
 #: the solvers whose best predicted plan a compile returns with, while CP-SAT plans in the
-#: background: HEFT and the cheap baselines CP-SAT's own choice weighs (nimble, quadratic,
-#: left out), in the order ties go
-FAST_SOLVERS = ("single", "heft", "critical_path", "opara", "tf_greedy", "round_robin")
+#: background: HEFT and the two of the cheap baselines CP-SAT's own choice weighs that won
+#: on the zoo (opara: parallel, multihead; critical_path: two_branch_gemv), in the order
+#: ties go (one stream is the planner's own candidate)
+FAST_SOLVERS = ("heft", "critical_path", "opara")
 #: the longest the interpreter's exit waits for a cancelled plan's thread (seconds)
 JOIN_AT_EXIT_S = 5.0
 
