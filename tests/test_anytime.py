@@ -300,3 +300,28 @@ def test_the_torchair_pass_plans_synchronously_and_names_its_time_limit():
     report = AutoStreamPass(max_streams=2).run(gm, inputs, mode="max-autotune")
     assert report.background is None and report.plan.schedule.solver == "cpsat"
     assert "search budget 0.03 s (by the graph's size: no time_limit)" in report.summary()
+
+
+@pytest.mark.slow
+def test_on_the_graph_runtime_the_new_plan_is_captured_anew(monkeypatch):
+    from tests.fake_device import patch_backend_to_fake_capture
+
+    graphs = patch_backend_to_fake_capture(monkeypatch)
+    model, inputs = multihead_block()
+    fn, compiled = _compile(model, inputs, cost_table="h200", measure=2, runtime="graph")
+    with torch.no_grad():
+        want = as_tuple(model(*inputs))
+        compiled(*inputs)
+        report = fn.last_report
+        fast = report.plan
+        assert report.anytime.wait(120)
+        while report.plan is fast or report.choice.measuring:
+            got = as_tuple(compiled(*inputs))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    assert report.runtime == "graph" and report.plan.schedule.solver == "cpsat"
+    labels = [label for label, _ in report.graph_runners]
+    assert labels.count("new plan") == 1 and len(graphs) == labels.count("plan") + 2
+    lines = report.runtime_lines()
+    assert any("plan: " in line and "replaced by the new plan" in line for line in lines)
+    assert any("new plan: captured 1 graph" in line for line in lines)
