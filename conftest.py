@@ -4,7 +4,9 @@ The suite runs strict (a planning or rewrite failure is a bug, raised, never a s
 fallback); every test and doctest gets its own plan cache and headline directory.
 No result may depend on how fast or loaded the machine is: CP-SAT's searches stop on
 their deterministic limits alone (``AUTOSTREAM_WALL_CLOCK=off``, inherited by the
-subprocesses tests start), and Hypothesis neither times examples nor fails a slow
+subprocesses tests start), the backend plans synchronously (``AUTOSTREAM_ANYTIME=off``:
+when a background plan takes over depends on the machine; ``tests/test_anytime.py``
+turns it on), and Hypothesis neither times examples nor fails a slow
 generation.  Tests marked ``slow`` (more than ~2 s) run only with ``--slow``, as CI runs
 them; tests marked ``cuda`` skip, saying so, where no CUDA device is present.
 """
@@ -21,6 +23,8 @@ os.environ["AUTOSTREAM_WALL_CLOCK"] = "off"
 # the default CPU table is the shipped one as it is: no test probes the machine unless it
 # asks to (``cost.fitted``)
 os.environ["AUTOSTREAM_COST_PROBE"] = "off"
+# background planning off: every compile plans as a synchronous one (planning/anytime.py)
+os.environ["AUTOSTREAM_ANYTIME"] = "off"
 settings.register_profile("autostream", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("autostream")

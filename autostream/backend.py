@@ -20,6 +20,7 @@ from autostream.cost.runtime_target import DEVICE_RUNTIMES, RuntimeCosts, for_ru
 from autostream.dialects.reinplace import reinplace_all_reduces
 from autostream.fx.call_effects import EffectsUnknown, aot_mutated_inputs
 from autostream.passes import AutoStreamPass, Outcome, PassReport, graph_device, strict
+from autostream.planning.anytime import BackgroundPlan, anytime_from_environment
 from autostream.planning.lift import LiftedPlan, LiftError, lift_plan
 from autostream.planning.plan import Plan
 from autostream.report.latest import announce, tell
@@ -36,11 +37,22 @@ from autostream.runtime.select import (
     make_runner,
     select_runtime,
 )
+from autostream.runtime.switch import PlanLog, PlanSwitch, compiling
 
 #: Single-stream alternatives the backend can measure the plan against.
 FALLBACKS = ("eager", "inductor")
 
 log = logging.getLogger("autostream")
+
+
+class _Slot:
+    """The runner an AOT graph's compiled function calls; a background plan swaps it."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn = fn
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
 
 
 class _Lazy:
@@ -107,6 +119,17 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     A functional all-reduce whose input no other op can see runs in place, as
     hand-written code does (``autostream.dialects.reinplace``).
 
+    The compile plans like one stream (``planning.anytime``): each CP-SAT solve is answered
+    by the plan cache, else by the best of HEFT and the cheap baselines; CP-SAT then plans
+    the graph in a background thread from a later call, once no graph has compiled for a
+    quarter of a second, and its plan (the one a
+    synchronous compile gives, stored in the plan cache for the next process) takes over
+    between two calls, re-measured alone against the one-stream candidates
+    (``runtime.switch``; ``BackendReport.anytime`` says which plan ran which calls).
+    Graphs compiled for autograd or that communicate, an explicit ``time_limit``,
+    ``core_budgets``, other solvers and ``AUTOSTREAM_ANYTIME=off`` plan synchronously; with
+    ``AUTOSTREAM_STRICT=1`` a failed background plan raises at the graph's next call.
+
     For inference graphs the plan, made on the ATen graph, is lifted to the graph
     Dynamo captured (``autostream.planning.lift``): the streams then run the calls eager mode
     makes, without AOTAutograd's decompositions and wrappers.  Where lifting is
@@ -127,6 +150,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     choices: deque[MeasuredChoice] = deque(maxlen=stream_pass.history)
     lifts: deque[LiftedPlan | LiftError] = deque(maxlen=stream_pass.history)
     reports: list[PassReport] = []  # the current compile's, one per AOT graph
+    slots: list[_Slot] = []  # the current compile's runners of its AOT graphs
     warned: set[str] = set()  # device types told their table was made for another kind
     # the current compile's report (one graph compiles at a time): its runtime and graph runners
     current: dict[str, BackendReport] = {}
@@ -144,20 +168,27 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         reinplace_all_reduces(gm)
         now = current["report"]  # set by compile_fn, around AOT
         kind, graphs = now.runtime, now.graph_runners
-        report = stream_pass.apply(gm, example_inputs, runtime=kind)  # told in the report
+        report = stream_pass.apply(gm, example_inputs, runtime=kind,  # told in the report
+                                   anytime=not now.training and anytime_from_environment())
         stream_pass.reports.append(report)
         reports.append(report)
-        if not report.applied or report.plan.is_single_stream:
-            return make_boxed_func(gm.forward)  # one stream (maybe reordered): runs as is
-        return make_boxed_func(_Lazy(lambda: runner(gm, kind, graphs)))
+        slots.append(_Slot(aten_runner(gm, report, kind, graphs)))
+        return make_boxed_func(slots[-1])
 
-    def lifted_runner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], plan
-                      ) -> Callable | None:
+    def aten_runner(gm: torch.fx.GraphModule, report: PassReport, kind: str,
+                    graphs: list[tuple[str, Any]], label: str = "plan") -> Callable[..., Any]:
+        """What runs the ATen graph ``report`` planned."""
+        if not report.applied or report.plan.is_single_stream:
+            return gm.forward  # one stream (maybe reordered): runs as is
+        return _Lazy(lambda: runner(gm, kind, graphs, label))
+
+    def lifted_runner(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], plan,
+                      now: BackendReport, label: str = "plan") -> Callable | None:
         """The plan on Dynamo's graph, or ``None`` (then the ATen graph runs)."""
         try:
             costs = RuntimeCosts.of(for_runtime(
                 stream_pass.cost_model_for(graph_device(gm.graph, example_inputs)),
-                current["report"].runtime))
+                now.runtime))
             lifted = lift_plan(gm, plan, costs, mutated_inputs=aot_mutated_inputs(gm))
         except (LiftError, EffectsUnknown) as exc:
             why = exc if isinstance(exc, LiftError) else LiftError(str(exc))
@@ -171,10 +202,9 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             log.warning("autostream: plan kept on the ATen graph: %s", why)
             return None
         lifts.append(lifted)  # told in the backend's report
-        now = current["report"]
         if lifted.streams_used <= 1 and now.runtime != "graph":
             return lifted.gm.forward
-        return runner(lifted.gm, now.runtime, now.graph_runners)
+        return runner(lifted.gm, now.runtime, now.graph_runners, label)
 
     aot_compile = aot_autograd(fw_compiler=compiler, bw_compiler=compiler, inference_compiler=compiler)
 
@@ -183,14 +213,19 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         check_runtime_device(runtime, device)
         warn_table_device(stream_pass, device, warned)
         reports.clear()
+        slots.clear()
         training = _needs_autograd(gm, example_inputs)
         report = BackendReport(len(gm.graph.nodes), device, training)
         report.runtime, report.capture_refused = _runtime_for(runtime, gm, example_inputs,
                                                               device, training)
         current["report"] = report
-        compiled = aot_compile(gm, example_inputs)
-        report.passes = list(reports)
-        fn = choose(gm, example_inputs, compiled, report)
+        with compiling():  # no background plan starts meanwhile
+            compiled = aot_compile(gm, example_inputs)
+            report.passes = list(reports)
+            fn = choose(gm, example_inputs, compiled, report)
+            job = report.pass_report.background if report.pass_report is not None else None
+            if job is not None:
+                fn = switching(gm, example_inputs, compiled, fn, job, report, slots[-1])
         compile_fn.last_report = report
         announce(report, report.log_level)
         return _holding(fn, report)
@@ -210,10 +245,10 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         # plan and the eager candidate run this graph
         reinplace_all_reduces(gm)
         if applied:
-            lifted = lifted_runner(gm, example_inputs, reports[-1].plan)
+            lifted = lifted_runner(gm, example_inputs, report.plan, report)
             report.lift = lifts[-1] if lifts else None
             compiled = lifted or compiled
-        if not reports:
+        if not report.passes:
             report.kept, report.not_measured = plan_runs, "no graph reached the pass"
             return compiled
         if applied and measure == 0:
@@ -247,7 +282,7 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             report.kept, report.not_measured = default, "no plan to measure"
             return singles[default]
         report.baselines = tuple(singles)
-        plan_name = "graph" if report.runtime == "graph" else "streams"
+        plan_name = _plan_name(report)
         candidates = {plan_name: compiled, **singles} if applied else singles
         floors = {plan_name: "inductor"} if applied and fallback == "inductor" else None
         choice = MeasuredChoice(candidates, trials=measure, default=default,
@@ -256,6 +291,50 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         report.choice = choice
         choices.append(choice)
         return choice
+
+    def switching(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], compiled: Callable,
+                  fn: Callable, job: BackgroundPlan, report: BackendReport, slot: _Slot
+                  ) -> PlanSwitch:
+        """``fn`` (the fast plan's), until the background plan takes over between calls."""
+
+        def adopt(job: BackgroundPlan) -> tuple[Callable | None, str]:
+            new, old = job.result, report.pass_report
+            if job.state == "failed" or new.outcome is Outcome.PLANNING_FAILED:
+                why = job.error or new.reason
+                if strict():
+                    raise RuntimeError(f"autostream: the background CP-SAT plan failed: "
+                                       f"{why}") from job.error
+                log.warning("autostream: the background CP-SAT plan failed (%s); the fast "
+                            "plan stays", why)
+                return None, f"CP-SAT's plan failed ({why}); the fast plan stays"
+            took = f"planned in {job.seconds:.2f} s in the background"
+            if _same_plan(old, new):
+                return None, f"CP-SAT's plan ({took}) is the fast plan: nothing to switch"
+            before = _predicted(old)
+            _retire_runners(report.graph_runners)
+            stream_pass.reports.append(new)
+            report.passes[-1] = new
+            slot.fn = aten_runner(job.gm, new, report.runtime, report.graph_runners,
+                                  "new plan")
+            why = (f"CP-SAT's plan took over ({took}; predicted {_predicted(new):.1f} us, "
+                   f"the fast plan {before:.1f} us)")
+            tell(f"autostream: {why}")
+            choice, plan_name = report.choice, _plan_name(report)
+            if choice is not None and new.applied:
+                lifted = lifted_runner(gm, example_inputs, new.plan, report, "new plan")
+                report.lift = lifts[-1]
+                choice.remeasure(plan_name, lifted or compiled)  # the plan alone, again
+                return choice, why
+            report.lift = report.choice = None
+            return choose(gm, example_inputs, compiled, report), why
+
+        def ready() -> bool:  # never in the middle of a measurement
+            return report.choice is None or not report.choice.measuring
+
+        fast = report.plan.schedule.solver if report.applied else "one stream"
+        switch = PlanSwitch(fn, job, adopt, f"fast plan ({fast})", "CP-SAT's plan", ready)
+        report.anytime = switch.log
+        return switch
 
     compile_fn.autostream_pass = stream_pass
     compile_fn.last_report = None
@@ -297,6 +376,9 @@ class BackendReport:
     runtime: str = ""
     capture_refused: str = ""
     graph_runners: list[tuple[str, Any]] = field(default_factory=list)
+    #: which plan ran which calls, when the compile returned with a fast plan and CP-SAT
+    #: plans in the background (``runtime.switch``; ``None``: planned synchronously)
+    anytime: PlanLog | None = None
 
     @property
     def pass_report(self) -> PassReport | None:
@@ -359,6 +441,8 @@ class BackendReport:
                      else f"plan kept on the ATen graph: {self.lift}")
             lines.append(f"  {where}")
         lines += [f"  {line}" for line in self.runtime_lines()]
+        if self.anytime is not None:
+            lines.append(f"  {self.anytime.describe()}")
         lines.append(f"  {self.measured_line()}")
         if self.baseline is not None:
             lines.append(f"  {baseline_text(self.choice, self.baselines, self.caller_threads)}")
@@ -417,6 +501,10 @@ class BackendReport:
                 out["load"] = self.choice.load.figures()
         else:
             out["kept"] = self.kept
+        if self.anytime is not None:
+            out["plans"] = [{"plan": s.plan, "first_call": s.first, "last_call": s.last}
+                            for s in self.anytime.segments]
+            out["plan_switch"] = self.anytime.outcome
         if self.runtime:
             out["runtime"] = self.runtime
             out["capture"] = self.capture_refused or {label: r.describe()
@@ -459,6 +547,44 @@ def _runtime_for(runtime: str, gm: torch.fx.GraphModule, example_inputs: Sequenc
            "torch.no_grad() to capture)" if training
            else capture_refusal(gm, device, example_inputs))
     return ("streams", why) if why else ("graph", "")
+
+
+class _Retired:
+    """A graph runner a new plan replaced, as the report tells it (its captured graphs
+    are released with the runner)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def describe(self) -> str:
+        return f"{self.text} (replaced by the new plan)"
+
+
+def _retire_runners(graphs: list[tuple[str, Any]]) -> None:
+    """Keep only the words of the fast plan's graph runners."""
+    graphs[:] = [(label, _Retired(r.describe()) if label == "plan" else r)
+                 for label, r in graphs]
+
+
+def _same_plan(old: PassReport | None, new: PassReport) -> bool:
+    """Whether ``new`` runs as ``old`` does: both unchanged, or the same streams and order."""
+    if old is None or old.applied != new.applied:
+        return False
+    if not new.applied:
+        return True
+    a, b = old.plan.schedule, new.plan.schedule
+    return dict(a.stream_of) == dict(b.stream_of) and tuple(a.order) == tuple(b.order)
+
+
+def _predicted(report: PassReport) -> float:
+    plan = report.plan
+    if plan is None:
+        return float("nan")
+    return plan.predicted_us if report.applied else plan.single_stream_us
+
+
+def _plan_name(report: BackendReport) -> str:
+    return "graph" if report.runtime == "graph" else "streams"
 
 
 def _chosen(report: BackendReport) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import logging
 import os
@@ -51,6 +52,7 @@ from autostream.fx.device import graph_device
 from autostream.fx.graph import target_name
 from autostream.memory.budget import format_bytes
 from autostream.planning.agree import check_through_store, graph_key, outcome_digest
+from autostream.planning.anytime import BackgroundPlan, copy_module, fast_solve, load_cpsat
 from autostream.planning.check import HandCheck, check_placement
 from autostream.planning.plan import (
     MIN_RELATIVE_GAIN,
@@ -62,6 +64,12 @@ from autostream.planning.plan import (
 from autostream.report.latest import announce
 from autostream.report.summary import pass_summary
 from autostream.scheduling.core_budgets import cores_missing, scope_keys
+from autostream.scheduling.solvers.cpsat.cancel import (
+    Cancelled,
+    CancelScope,
+    cancellable,
+)
+from autostream.scheduling.solvers.cpsat.options import CpsatOptions
 from autostream.stages import StageTimes, Stopwatch, collector_paused
 from autostream.version import __version__
 
@@ -139,6 +147,11 @@ class PassReport:
     device: str = ""
     #: the cost table that planned the graph, in words (``cost.label.table_label``)
     cost_table: str = ""
+    #: the synchronous plan of the graph, made in a thread, when this report's plan is the
+    #: fast one a compile returns with (``planning.anytime``; ``None``: this is that plan)
+    background: BackgroundPlan | None = field(default=None, compare=False)
+    #: the CP-SAT searches' time limit, in words ("" unless CP-SAT planned the graph)
+    time_limit: str = ""
 
     @property
     def applied(self) -> bool:
@@ -347,12 +360,19 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         return report
 
     def apply(self, gm: torch.fx.GraphModule | torch.fx.Graph, example_inputs: Any = None,
-              mode: str | None = None, runtime: str | None = None) -> PassReport:
+              mode: str | None = None, runtime: str | None = None,
+              anytime: bool = False) -> PassReport:
         """Plan and rewrite ``gm``; never raises for a graph it cannot handle (unless strict).
 
         ``runtime``: the runtime the graph will run on (the backend's ``graph``, ``streams``,
         ``threads``...), which the costs are for (``cost.runtime_target``); ``None``: the
         table's own figures (TorchAir's GE and ACL graphs).
+
+        ``anytime`` (the backend's): a graph CP-SAT would plan by its default budget gets
+        the plan cache's plan if it has one, else a fast plan (``planning.anytime``) and the
+        synchronous plan to make in the background (``PassReport.background``, not started).
+        Graphs that communicate, TorchAir's modes, ``time_limit``, ``core_budgets`` and
+        other solvers plan synchronously.
 
         For a graph that communicates, the plan's digest is compared with those other
         ranks have set in the process group's store, without waiting and without a
@@ -365,7 +385,8 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
                     return self._plan_for_inductor(gm, example_inputs)
             return _unsupported(gm)
         if not has_communication(gm.graph):
-            return self._plan_and_rewrite(gm, example_inputs, mode, runtime)
+            return self._plan_and_rewrite(gm, example_inputs, mode, runtime,
+                                          anytime and self._plans_in_background(mode))
         # the options in the key: one process may plan a graph with several passes;
         # the table is not, so that another table on one rank shows as a mismatch
         key = graph_key(gm.graph, f"{self.key()}|{mode}")
@@ -379,12 +400,33 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             log.warning("autostream: %s", mismatch)
         return dataclasses.replace(report, rank_digest=digest, rank_mismatch=mismatch)
 
+    def _plans_in_background(self, mode: str | None) -> bool:
+        """Whether a graph may get a fast plan first: CP-SAT by its default budget (an
+        explicit ``time_limit`` is a budget the compile pays), CUDA events (TorchAir's GE
+        compiles what the pass returns), several streams."""
+        return (mode is None and self.solver == "cpsat" and self.time_limit is None
+                and self.max_streams > 1 and not self.core_budgets)
+
     def _plan_and_rewrite(self, gm: torch.fx.GraphModule, example_inputs: Any = None,
-                          mode: str | None = None, runtime: str | None = None) -> PassReport:
+                          mode: str | None = None, runtime: str | None = None,
+                          anytime: bool = False) -> PassReport:
         with collector_paused():
-            report = self._plan_and_rewrite_graph(gm, example_inputs, mode, runtime)
+            if anytime:
+                report = self._plan_anytime(gm, example_inputs, runtime)
+            else:
+                report = self._plan_and_rewrite_graph(gm, example_inputs, mode, runtime)
         device = graph_device(gm.graph, example_inputs)
-        return dataclasses.replace(report, device=device, cost_table=self.table_label(device))
+        return dataclasses.replace(report, device=device, cost_table=self.table_label(device),
+                                   time_limit=self._time_limit_text(report.plan))
+
+    def _time_limit_text(self, plan: Plan | None) -> str:
+        """The time limit CP-SAT planned ``plan`` under (``CpsatOptions.seconds``), in words."""
+        if plan is None or plan.schedule.solver != "cpsat":
+            return ""
+        if self.time_limit is not None:
+            return f"{self.time_limit:g} s (time_limit)"
+        seconds = CpsatOptions().seconds(len(plan.problem.graph))
+        return f"{seconds:.2f} s (by the graph's size: no time_limit)"
 
     def table_label(self, device_type: str) -> str:
         """The cost table of graphs on ``device_type``, in words (``cost.label.table_label``)."""
@@ -393,6 +435,29 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         except Exception:  # a default table that cannot load: the report says so
             return "(none could be loaded)"
         return table_label(model, self.cost_table, device_type)
+
+    def _plan_anytime(self, gm: torch.fx.GraphModule, example_inputs: Any,
+                      runtime: str | None) -> PassReport:
+        """The plan with every CP-SAT solve answered by the plan cache, else by the fast
+        solver; when one was, the synchronous plan of a copy of the graph (taken before the
+        rewrite), to make in the background."""
+        pristine = copy_module(gm)
+        scope = CancelScope(fallback=fast_solve)
+        with cancellable(scope):
+            report = self._plan_and_rewrite_once(gm, example_inputs, None, runtime)
+        if not scope.missed:
+            return report  # the synchronous plan, from the cache
+        job = BackgroundPlan(functools.partial(self._plan_in_thread, pristine, example_inputs,
+                                               runtime), pristine, load_cpsat)
+        return dataclasses.replace(report, background=job)
+
+    def _plan_in_thread(self, gm: torch.fx.GraphModule, example_inputs: Any,
+                        runtime: str | None) -> PassReport:
+        """What a synchronous compile gives ``gm``: the background plan."""
+        report = self._plan_and_rewrite_once(gm, example_inputs, None, runtime)
+        device = graph_device(gm.graph, example_inputs)
+        return dataclasses.replace(report, device=device, cost_table=self.table_label(device),
+                                   time_limit=self._time_limit_text(report.plan))
 
     def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any,
                                 mode: str | None = None, runtime: str | None = None
@@ -415,8 +480,8 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         return report
 
     def _plan_and_rewrite_once(self, gm: torch.fx.GraphModule, example_inputs: Any,
-                               mode: str | None = None, runtime: str | None = None
-                               ) -> PassReport:
+                               mode: str | None = None, runtime: str | None = None,
+                               options: PlanOptions | None = None) -> PassReport:
         nodes = len(gm.graph.nodes)
         tagged = hand_tagged(gm.graph)
         if tagged:
@@ -424,11 +489,13 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         try:
             costs = self.cost_model_for(graph_device(gm.graph, example_inputs))
             acl = mode in ACL_MODES
-            plan = plan_graph(gm, self.options(), costs,
+            plan = plan_graph(gm, options or self.options(), costs,
                               acl_reinplace_hazards if acl else
                               ge_output_ref_edges if mode == GE_MODE else None,
                               acl_scope_overhead_us(costs.sync_latency_us) if acl else 0.0,
                               GE_PLACEMENT if mode == GE_MODE else None, runtime)
+        except Cancelled:  # a background plan dropped: not a failure
+            raise
         except Exception as exc:  # the pass must never break compilation
             return _failed(nodes, Outcome.PLANNING_FAILED, exc)
         if plan.op_graph.number_of_nodes() == 0:

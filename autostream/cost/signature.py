@@ -97,7 +97,7 @@ class TensorSpec:
 
 
 def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+    return dtype.itemsize  # not a tensor's: under a compile's fake mode that costs 0.2 ms
 
 
 @dataclass(frozen=True)

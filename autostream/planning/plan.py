@@ -333,7 +333,7 @@ def _plan_graph(gm: torch.fx.GraphModule, options: PlanOptions, cost_model: Cost
         solved = get_solver(options.solver)(split_problem, **solver_options)
         watch.lap("solve")
         label = f" {place.label}" if place is not None else ""
-        candidate = evaluate(fit, solved, split_problem, how=f"{options.solver} plan{label}")
+        candidate = evaluate(fit, solved, split_problem, how=f"{solved.solver} plan{label}")
         if options.core_budgets:
             budgeted, note = with_core_budgets(fit, candidate, cost_model,
                                                         solver_options)

@@ -36,4 +36,5 @@ def plan_lines(report: Any) -> list[str]:
     solved = "proven optimal" if plan.schedule.optimal else "feasible"
     return [f"{table}; cost sources: {plan.cost_sources}",
             f"solver {plan.schedule.solver} ({solved}), {plan.op_graph.number_of_nodes()} ops, "
-            f"planned in {plan.plan_seconds:.2f} s"]
+            f"planned in {plan.plan_seconds:.2f} s"
+            + (f", search budget {report.time_limit}" if getattr(report, "time_limit", "") else "")]

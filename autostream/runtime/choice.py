@@ -303,6 +303,30 @@ class MeasuredChoice:
                     self._finish_phase()
         return out
 
+    def remeasure(self, name: str, fn: Callable[..., Any]) -> None:
+        """``name`` now runs ``fn`` (a new plan; a new candidate if ``name`` is not one):
+        time it alone in ``trials`` rounds, then decide again against the other
+        candidates' first-decision samples (they run the same callables as before, so they
+        are not timed again).
+
+        >>> now = [0.0]
+        >>> def slow(x): now[0] += 0.002; return x
+        >>> choose = MeasuredChoice({"plan": slow, "eager": slow}, trials=3, settle_s=0.0,
+        ...                         default="eager", clock=lambda: now[0])
+        >>> _ = [choose(1) for _ in range(12)]; choose.choice
+        'eager'
+        >>> choose.remeasure("plan", lambda x: x)
+        >>> _ = [choose(1) for _ in range(6)]; choose.choice, len(choose.samples["eager"])
+        ('plan', 3)
+        """
+        with self._lock:
+            if name not in self.candidates:
+                self._names.append(name)
+            self.candidates[name] = fn
+            self.samples[name] = []
+            self.schedule = rounds_schedule([name], self.trials)
+            self._phase, self._turn, self.choice, self._last = None, 0, None, None
+
     def _next_step(self) -> tuple[str, bool, float] | None:
         """The measuring call to make now, ``(candidate, timed, seconds to wait)``, or
         ``None``: call the kept candidate."""

@@ -40,6 +40,7 @@ import time
 
 from autostream.scheduling.problem import SchedulingProblem
 from autostream.scheduling.schedule import Schedule
+from autostream.scheduling.solvers.cpsat import cancel
 from autostream.scheduling.solvers.cpsat.cache import PlanCache
 from autostream.scheduling.solvers.cpsat.options import OPTIONS, CpsatOptions
 from autostream.scheduling.solvers.cpsat.stats import CpsatStats
@@ -58,15 +59,22 @@ def solve(problem: SchedulingProblem, **options: object) -> Schedule:
     (5.0, True, 2)
     """
     opts = CpsatOptions.from_options(options)
+    scope = cancel.current()
+    if scope is not None and scope.deterministic:
+        opts = dataclasses.replace(opts, wall_clock=False)
     started = time.perf_counter()
     cache = PlanCache.from_environment() if opts.cache else None
     path = cache.path(problem, opts) if cache is not None else None
     if path is not None and (hit := PlanCache.load(path, problem)) is not None:
         return _stamp_time(hit, started)
+    if scope is not None and scope.fallback is not None:  # a compile's fast plan
+        scope.missed = True
+        return scope.fallback(problem)
     from autostream.scheduling.solvers.cpsat.planner import plan  # CP-SAT loads only to solve
 
     schedule = plan(problem, opts, started)
-    if path is not None and schedule.stats.deterministic:
+    # a search stopped by a cancelled background plan is not what the options give
+    if path is not None and schedule.stats.deterministic and not (scope and scope.cancelled):
         PlanCache.store(path, problem, schedule)
     return schedule
 

@@ -66,7 +66,10 @@ class PlanCache:
 
     def path(self, problem: SchedulingProblem, opts: CpsatOptions) -> Path:
         """Where the plan of ``problem`` under ``opts`` is kept (hashes the problem)."""
-        shaping = {k: v for k, v in dataclasses.asdict(opts).items() if k != "cache"}
+        # only solves no wall clock cut are stored, and those are the same with or without
+        # the cap: ``wall_clock`` shapes no stored plan
+        shaping = {k: v for k, v in dataclasses.asdict(opts).items()
+                   if k not in ("cache", "wall_clock")}
         key = digest(problem, [FORMAT, shaping, ortools_version, _source_digest()])
         return self.root / key[:2] / f"{key}.json"
 

@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
+from autostream.scheduling.solvers.cpsat.cancel import watch
+
 #: CP-SAT deterministic seconds per second of budget: about what one core of a
 #: 2-core machine advances CP-SAT's deterministic clock by per second.
 DET_PER_SECOND = 0.1
@@ -61,7 +63,7 @@ def make_solver(budget: float, seed: int, workers: int, wall_left: float = float
     p.max_deterministic_time = max(budget, MIN_SOLVE_S) * DET_PER_SECOND
     if math.isfinite(wall_left):  # infinite: the deterministic clock alone (wall_clock=False)
         p.max_time_in_seconds = max(min(budget * WALL_FACTOR, wall_left), MIN_WALL_S)
-    return solver
+    return watch(solver)  # a background plan's scope can stop it (``cancel``)
 
 
 def wall_share(deadline: float, part: float, whole: float,
