@@ -187,7 +187,8 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
         """The plan on Dynamo's graph, or ``None`` (then the ATen graph runs)."""
         try:
             costs = RuntimeCosts.of(for_runtime(
-                stream_pass.cost_model_for(graph_device(gm.graph, example_inputs)),
+                stream_pass.cost_model_for(graph_device(gm.graph, example_inputs),
+                                         has_communication(gm.graph)),
                 now.runtime))
             lifted = lift_plan(gm, plan, costs, mutated_inputs=aot_mutated_inputs(gm))
         except (LiftError, EffectsUnknown) as exc:

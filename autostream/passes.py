@@ -301,12 +301,15 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         return PlanOptions(**{f.name: getattr(self, f.name)
                               for f in dataclasses.fields(PlanOptions)})
 
-    def cost_model_for(self, device_type: str) -> TableCostModel:
-        """The user's table, else the default of ``device_type`` (warning once if unmeasured)."""
+    def cost_model_for(self, device_type: str, communicates: bool = False) -> TableCostModel:
+        """The user's table, else the default of ``device_type`` (warning once if unmeasured);
+        a graph that ``communicates`` gets the shipped default as it is, never one fitted to
+        this machine, so every rank plans it from the same table."""
         if self._table is not None:
             return self._table
-        if device_type not in self._defaults:
-            self._defaults[device_type] = choice = default_table(device_type)
+        key = f"{device_type}, shipped" if communicates else device_type
+        if key not in self._defaults:
+            self._defaults[key] = choice = default_table(device_type, fitted=not communicates)
             if choice.warning:
                 log.warning("autostream: %s", choice.warning)
             missing = cores_missing(choice.model) if self.core_budgets else None
@@ -314,7 +317,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
                 log.warning("autostream: core_budgets=True, but %s graphs are planned with "
                             "the default table %r, which cannot hold them, so without core "
                             "budgets: %s", device_type, choice.name, missing)
-        return self._defaults[device_type].model
+        return self._defaults[key].model
 
     def digest(self) -> str:
         """A digest of the options, the cost tables' content and the package version
@@ -487,7 +490,8 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         if tagged:
             return self._hand_tagged(gm, example_inputs, mode, tagged)
         try:
-            costs = self.cost_model_for(graph_device(gm.graph, example_inputs))
+            costs = self.cost_model_for(graph_device(gm.graph, example_inputs),
+                                        has_communication(gm.graph))
             acl = mode in ACL_MODES
             plan = plan_graph(gm, options or self.options(), costs,
                               acl_reinplace_hazards if acl else

@@ -231,3 +231,18 @@ def test_the_probe_brings_a_table_of_a_4x_slower_machine_back_within_3x():
     after = {k: predicted_us(fitted, gm) / measured[k] for k, gm in graphs.items()}
     assert all(map(within, after.values())), (after, TARGET)
     assert probe.seconds <= 2.0
+
+
+def test_graphs_that_communicate_are_planned_with_the_shipped_table(monkeypatch):
+    """Every rank must plan a graph with collectives from the same table, and ranks on
+    other machines would fit other tables: such graphs keep the shipped one."""
+    from autostream.passes import AutoStreamPass
+
+    monkeypatch.setenv(PROBE_ENV, "on")
+    monkeypatch.setattr(fitted_module, "this_machine", lambda: "a test CPU")
+    monkeypatch.setattr(fitted_module, "run_probe", Counting(fake_probe()))
+    stream_pass = AutoStreamPass()
+    assert stream_pass.cost_model_for("cpu").table.device["name"] == "a test CPU"
+    shipped = stream_pass.cost_model_for("cpu", communicates=True).table
+    assert shipped.device["name"] == SHIPPED.device["name"]
+    assert [e.isolated_us for e in shipped.entries] == [e.isolated_us for e in SHIPPED.entries]

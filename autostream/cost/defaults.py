@@ -39,8 +39,10 @@ class DefaultTable:
     warning: str | None
 
 
-def default_table(device_type: str) -> DefaultTable:
-    """The default cost model of graphs on ``device_type`` (``"cpu"``, ``"cuda"``, ...)."""
+def default_table(device_type: str, fitted: bool = True) -> DefaultTable:
+    """The default cost model of graphs on ``device_type`` (``"cpu"``, ``"cuda"``, ...);
+    ``fitted=False`` keeps the shipped table as it is (graphs that communicate: every rank
+    must plan them from the same table, and ranks on other machines would fit others)."""
     how = (f"measure the device with `autostream calibrate MODEL_SPEC --device "
            f"{device_type if device_type in DEFAULT_TABLES else 'cpu|cuda|npu'} --out my.json` "
            f"and pass cost_table='my.json'")
@@ -50,7 +52,7 @@ def default_table(device_type: str) -> DefaultTable:
                             f"no cost table for {device_type!r} devices: planning with a roofline "
                             f"on a generic CPU profile; {how}")
     model = TableCostModel.load(name)
-    if device_type == "cpu" and probe_enabled() and not measured_here(model.table):
+    if fitted and device_type == "cpu" and probe_enabled() and not measured_here(model.table):
         model = TableCostModel(fitted_table(model.table, name))
     warning = None
     if model.profile.origin != "measured":
