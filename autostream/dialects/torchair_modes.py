@@ -475,7 +475,7 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
     main stream), a consumer already moved, or one whose producers run on several streams,
     the producer of the wait instead (with the source of a view op: :func:`_with_view_sources`),
     onto the consumer's stream: its own wait then lands on an op that lowers to itself, or
-    is moved in turn.  ``None`` when there is none; ops in ``moved`` are not moved again.
+    is moved in turn where it misses what the op reads (:func:`ge_wait_landing`).  ``None`` when there is none; ops in ``moved`` are not moved again.
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
@@ -485,8 +485,7 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
     >>> s = Schedule("x", {"exp": 1, "mul": 0, "cos": 0}, tuple(deps), {}, {}, 0, 0)
     >>> _stuck_wait([Sync("exp", "mul")], s, deps)
     (['mul'], 1)
-    >>> _stuck_wait([Sync("exp", "mul")], s, deps, {"mul"})  # moved already: pull ``exp``
-    (['exp'], 0)
+    >>> _stuck_wait([Sync("exp", "mul")], s, deps, {"mul"})  # moved, its wait orders it
     """
     from autostream.fx.graph import is_view_op
     from autostream.scheduling.schedule import JOIN
@@ -506,6 +505,8 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
         if name == JOIN or _task_first(deps, name) \
                 or _is_factory(deps, name) or is_view_op(deps.nodes[name]["fx"]):
             continue
+        if name in moved and not ge_wait_landing(deps.nodes[name]["fx"]).unordered_inputs:
+            continue  # moved already, and its wait orders what it reads
         if name == last or name in moved:
             found = pull(sync)
             if found is not None:
