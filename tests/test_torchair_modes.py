@@ -550,8 +550,8 @@ def waits_left_on_a_const(gm):
             continue
         op = next(n for n in nodes[i + 1:] if n.op != "call_function" or (
             air_kind(n) is None and where[n] == where[node]))
-        if op.op == "call_function" and any(
-                where.get(src, "main") != where[op] for src in ge_wait_landing(op).unordered_inputs):
+        missed = ge_wait_landing(op).unordered_inputs if op.op == "call_function" else ()
+        if any(where.get(src, "main") != where[op] for src in missed):
             out.append((node.name, op.name))
     return out
 

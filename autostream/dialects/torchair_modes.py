@@ -472,10 +472,12 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
     """Ops to move onto one stream so that a wait finding no op to land on
     (:func:`ge_wait_targets`) is no longer needed, with that stream: the consumer, when its
     producers all run on one other stream.  For the last launched op (which stays on the
-    main stream), a consumer already moved, or one whose producers run on several streams,
-    the producer of the wait instead (with the source of a view op: :func:`_with_view_sources`),
-    onto the consumer's stream: its own wait then lands on an op that lowers to itself, or
-    is moved in turn where it misses what the op reads (:func:`ge_wait_landing`).  ``None`` when there is none; ops in ``moved`` are not moved again.
+    main stream), a consumer already moved whose wait misses what it reads
+    (:func:`ge_wait_landing`), or one whose producers run on several streams, the producer
+    of the wait instead (with the op a view producer views, :func:`_with_view_sources`),
+    onto the consumer's stream: the wait then lands on an op that lowers to the consumer
+    itself, or is moved in turn.  ``None`` when there is none; ops in ``moved`` are not
+    moved again.
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
