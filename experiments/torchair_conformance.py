@@ -474,6 +474,11 @@ def _at_lengths(factory: Any, lengths: tuple[int, ...]) -> Any:
     return lambda: [factory(tokens=n)[1] for n in lengths]
 
 
+def _at_batches(factory: Any, batches: tuple[int, ...]) -> Any:
+    """``calls`` for a zoo factory taking ``batch``: its inputs at each batch size."""
+    return lambda: [factory(batch=n)[1] for n in batches]
+
+
 def _ids_at_lengths(lengths: tuple[int, ...]) -> Any:
     """``calls`` for a transformers decoder without cache: prompts of each length."""
     def calls() -> list[tuple]:
@@ -483,15 +488,18 @@ def _ids_at_lengths(lengths: tuple[int, ...]) -> Any:
 
 
 def dynamic_models(names: Iterable[str] | None = None) -> dict[str, Case]:
-    """The ``dynamic=True`` cases: static-KV-cache decode, a KV cache written by slice
-    assignment, a token-dispatch MoE and a transformers MoE decoder, each run at 3
-    lengths (2+ tokens: Dynamo specialises sizes 0 and 1)."""
+    """The ``dynamic=True`` cases: GoogLeNet's classifier head at 3 batch sizes,
+    static-KV-cache decode, a KV cache written by slice assignment, a token-dispatch MoE and
+    a transformers MoE decoder, each run at 3 lengths (2+ tokens: Dynamo specialises sizes 0
+    and 1)."""
     import functools
 
-    from autostream.models import hf_zoo, zoo_state
+    from autostream.models import hf_zoo, zoo, zoo_state
 
     wanted = None if names is None else set(names)
-    out = {"static_cache_decode": Case(zoo_state.static_cache_decode_model, calls=_at_lengths(
+    out = {"inception_head_batches": Case(zoo.inception_head, calls=_at_batches(
+               zoo.inception_head, (2, 3, 5))),
+           "static_cache_decode": Case(zoo_state.static_cache_decode_model, calls=_at_lengths(
                zoo_state.static_cache_decode_model, (2, 3, 5))),
            "slice_kv_cache": Case(zoo_state.slice_kv_cache_model, calls=_at_lengths(
                zoo_state.slice_kv_cache_model, (16, 24, 40))),
@@ -522,7 +530,8 @@ def models(names: Iterable[str] | None = None) -> dict[str, Case]:
     from autostream.models import hf_zoo, zoo, zoo_state
 
     wanted = None if names is None else set(names)
-    out = {"inception": Case(zoo.inception_block), "moe": Case(zoo.moe_model),
+    out = {"inception": Case(zoo.inception_block), "inception_head": Case(zoo.inception_head),
+           "moe": Case(zoo.moe_model),
            "multihead": Case(zoo.multihead_block), "parallel": Case(zoo.parallel_block),
            "running_stats": Case(zoo.running_stats_model),
            "batchnorm_train": Case(zoo_state.batchnorm_train_model),

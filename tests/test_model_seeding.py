@@ -9,7 +9,7 @@ import torch
 from autostream.models import hf_zoo, zoo, zoo_state
 
 BUILDERS = {**{name: getattr(zoo, name) for name in zoo.__all__ if name.endswith(
-    ("_model", "_block", "_layer", "_gemv"))},
+    ("_model", "_block", "_layer", "_gemv", "_head"))},
     "mlp_model": zoo_state.mlp_model, "buffer_update_model": zoo_state.buffer_update_model}
 
 

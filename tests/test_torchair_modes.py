@@ -479,3 +479,101 @@ def test_ge_keeps_graphs_with_symbolic_size_lists_on_one_stream():
     assert report.outcome is Outcome.ONE_STREAM_TARGET  # not "no parallelism": there is
     assert report.figures()["outcome"] == "the target runs this graph on one stream"
     assert not any(n.target is torch.ops.aten.sym_size.int for n in gm.graph.nodes)
+
+
+def _defective_head_rewrite():
+    """A classifier head's tail as the GE plan used to write it: ``mean -> view`` on a side
+    stream, the ``addmm`` of the ``Linear`` last on the main stream after the wait."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autostream.dialects.rewrite import rewrite_graph
+    from autostream.fx.graph import build_op_graph
+    from autostream.scheduling.schedule import Schedule, Sync
+
+    def head(x, bias, weight):
+        return torch.addmm(bias, x.relu().mean([-1, -2], keepdim=True).view(1, 8), weight)
+
+    gm = make_fx(head)(torch.randn(1, 8, 4, 4), torch.randn(10), torch.randn(8, 10))
+    deps = build_op_graph(gm)
+    assert list(deps.nodes) == ["relu", "mean", "view", "addmm"]
+    stream_of = {"relu": 1, "mean": 1, "view": 1, "addmm": 0}
+    schedule = Schedule("head", stream_of, tuple(deps), {}, {}, 0.0, 0.0)
+    rewrite_graph(gm, schedule, [Sync("view", "addmm")], join_before_last=True)
+    return gm, deps
+
+
+def test_ge_verifier_sees_a_wait_on_addmms_alpha_const():
+    """GE puts the wait before ``addmm`` on the ``Const`` its converter makes for ``alpha``
+    first; ``MatMulV2`` reads ``view`` before the ``Mul`` that uses it (issue 51): the
+    verifier in GE mode names the dependence, CUDA events order it."""
+    from autostream.dialects.verify import verify_rewrite
+
+    gm, deps = _defective_head_rewrite()
+    assert verify_rewrite(gm, deps).ok
+    result = verify_rewrite(gm, deps, "max-autotune")
+    assert result.unordered == [("view", "addmm")], result.problems
+    assert "Const" in result.problems[0]
+
+
+def test_ge_verifier_keeps_a_wait_on_an_op_that_reads_its_const_first():
+    """``clamp`` and ``mm``: the wait's ``Const`` (or the op itself) comes before every read,
+    so the same rewrite is ordered."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from autostream.dialects.rewrite import rewrite_graph
+    from autostream.dialects.verify import verify_rewrite
+    from autostream.fx.graph import build_op_graph
+    from autostream.scheduling.schedule import Schedule, Sync
+
+    for f in (lambda x, w: x.exp().clamp(-1, 1).mm(w), lambda x, w: x.exp().mm(w)):
+        gm = make_fx(f)(torch.randn(4, 4), torch.randn(4, 4))
+        deps = build_op_graph(gm)
+        [first, *_, last] = list(deps.nodes)
+        stream_of = {n: 0 for n in deps}
+        stream_of[first] = 1
+        schedule = Schedule("x", stream_of, tuple(deps), {}, {}, 0.0, 0.0)
+        consumer = next(iter(deps.successors(first)))
+        rewrite_graph(gm, schedule, [Sync(first, consumer)], join_before_last=True)
+        assert verify_rewrite(gm, deps, "max-autotune").ok
+
+
+def test_check_ge_names_a_wait_on_addmms_alpha_const():
+    """``autostream check --mode ge`` on the same graph: the placement waits for ``view``
+    before ``addmm``, and GE puts that wait where ``MatMulV2``'s read is not ordered."""
+    from autostream.planning.check import check
+
+    gm, _ = _defective_head_rewrite()
+    found = check(gm, "ge", "ascend910b", time_limit=0.2)
+    assert [(r.ops, r.kind) for r in found.races] == [(("view", "addmm"), "wait on a Const")]
+    assert check(gm, "cuda", "ascend910b", time_limit=0.2).races == ()
+
+
+def waits_left_on_a_const(gm):
+    """``(wait, op)``: a wait whose next op on its stream reads, before the ``Const`` the wait
+    lands on, an input produced on another stream."""
+    from autostream.dialects.torchair_modes import ge_wait_landing
+
+    where = streams_of(gm)
+    nodes = list(gm.graph.nodes)
+    out = []
+    for i, node in enumerate(nodes):
+        if air_kind(node) != "wait":
+            continue
+        op = next(n for n in nodes[i + 1:] if n.op != "call_function" or (
+            air_kind(n) is None and where[n] == where[node]))
+        missed = ge_wait_landing(op).unordered_inputs if op.op == "call_function" else ()
+        if any(where.get(src, "main") != where[op] for src in missed):
+            out.append((node.name, op.name))
+    return out
+
+
+@pytest.mark.parametrize("streams,table", [(2, "ascend910b"), (3, "h200"), (4, "h200")])
+def test_ge_head_waits_land_on_ops_that_lower_to_their_consumer(streams, table):
+    """GoogLeNet's classifier head in GE mode (issue 51): the plan used to put ``mean ->
+    view`` on a side stream and the ``addmm`` after a wait on the main stream; the wait
+    landed on ``alpha``'s ``Const``.  It now pulls the producers onto the main stream
+    until the wait lands on an op that lowers to the consumer itself (``relu``), and the
+    pass's own verification in GE mode passes."""
+    gm = rewritten(zoo.inception_head, "max-autotune", streams, table)
+    assert waits_left_on_a_const(gm) == []
+    assert any(air_kind(n) == "scope_enter" for n in gm.graph.nodes)

@@ -19,7 +19,12 @@ What is read, in the graph's node order (the launch order):
 
 Semantics by target (``mode``): ``"cuda"`` orders only what records and waits order;
 ``"ge"``: GE orders every cross-stream data edge itself and joins every stream before the
-graph's output, a record stands for its stream's last op alone (``torchair.md``);
+graph's output, a record stands for its stream's last op alone (``torchair.md``), and a
+wait landing on an op whose converter puts it on a ``Const`` made for a scalar argument
+(``addmm``: ``torchair_modes.ge_wait_landing``) orders that op's reads of the other
+arguments, and the stream's next op, not the reads made before that ``Const`` is used:
+a data edge the placement waits for there is left unordered (a race, whatever GE's own
+ordering of data edges does: the placement did not rely on it);
 ``"acl"``: a side scope waits for the graph's start only and is joined at the output
 (TorchAir's tagged events per scope), and ``air.wait_tensor`` orders nothing (no ACL pass
 handles it; its kernels raise).
@@ -46,6 +51,7 @@ import torch
 import torch.fx
 
 from autostream.dialects.torchair import air_kind, is_stream_op, is_wait_tensor, scope_label
+from autostream.dialects.torchair_modes import ge_wait_landing
 from autostream.fx.graph import build_op_graph
 from autostream.scheduling.schedule import JOIN, Schedule, Sync
 
@@ -83,6 +89,9 @@ class HandPlacement:
     kinds: tuple[str, ...] = ()
     #: what the placement does that the target cannot run, in words
     problems: tuple[str, ...] = field(default_factory=tuple)
+    #: GE: data edges ``(producer, consumer)`` a wait meant to order but put on a ``Const``
+    #: the consumer reads after them (``torchair_modes.ge_wait_landing``)
+    waits_on_const: tuple[tuple[str, str], ...] = ()
 
     @property
     def streams_used(self) -> int:
@@ -152,6 +161,7 @@ class _Reader:
         self.syncs: list[Sync] = []
         self.kinds: list[str] = []
         self.problems: list[str] = []
+        self.waits_on_const: list[tuple[str, str]] = []
 
     def stream(self, label: str) -> int:
         return self.labels.setdefault(label, len(self.labels))
@@ -236,12 +246,41 @@ class _Reader:
     def op(self, node: torch.fx.Node, current: int) -> None:
         annotated = _annotated_stream(node)
         stream = self.dynamo(annotated) if annotated is not None else current
-        for p in dict.fromkeys(self.pending.pop(stream, [])):
+        pending = list(dict.fromkeys(self.pending.pop(stream, [])))
+        carried: list[str] = []
+        if self.mode == "ge" and pending:
+            pending, carried = self.land(node, stream, pending)
+        for p in pending:
             if self.stream_of[p] != stream:
                 self.syncs.append(Sync(p, node.name))
         self.stream_of[node.name] = stream
         self.order.append(node.name)
         self.last[stream] = node.name
+        if carried:
+            self.pending.setdefault(stream, []).extend(carried)
+
+    def land(self, node: torch.fx.Node, stream: int, pending: list[str]
+             ) -> tuple[list[str], list[str]]:
+        """GE: a wait landing on ``node``'s ``Const`` (``ge_wait_landing``) orders its reads of
+        the inputs it leaves out only through the ops after it: ``(syncs onto node, producers
+        the stream's next op waits for)``; the producers of the inputs left unordered that
+        the wait meant to cover are ``waits_on_const``."""
+        landing = ge_wait_landing(node)
+        if not landing.unordered_inputs and not landing.lost:
+            return pending, []
+        missed = {_producer(i) for i in landing.unordered_inputs} - {None}
+        covered = {_producer(i) for i in node.all_input_nodes} - missed - {None}
+        position = {n: i for i, n in enumerate(self.order)}
+
+        def awaited(src: str) -> bool:  # src ran on a waited stream no later than its record
+            return any(self.stream_of[p] == self.stream_of.get(src) and src in position
+                       and position[src] <= position[p] for p in pending)
+
+        self.waits_on_const += [(src, node.name) for src in sorted(missed)
+                                if self.stream_of.get(src, stream) != stream and awaited(src)]
+        onto = [src for src in sorted(covered)
+                if self.stream_of.get(src, stream) != stream and awaited(src)]
+        return (onto, []) if landing.lost else (onto, pending)
 
 
 def read_placement(gm: torch.fx.GraphModule, mode: str = "cuda") -> HandPlacement:
@@ -264,15 +303,17 @@ def read_placement(gm: torch.fx.GraphModule, mode: str = "cuda") -> HandPlacemen
     if mode in ("ge", "acl"):  # joined before the output by the compiler
         last = {reader.stream_of[n]: n for n in reader.order}
         syncs += [Sync(last[s], JOIN) for s in side]
-    if mode == "ge":  # GE orders cross-stream data edges itself
+    if mode == "ge":  # GE orders cross-stream data edges itself, but for those a wait misses
         deps = build_op_graph(clean)
+        missed = set(reader.waits_on_const)
         syncs += [Sync(u, v) for u, v, kind in deps.edges(data="kind", default="data")
-                  if kind == "data" and reader.stream_of[u] != reader.stream_of[v]]
+                  if kind == "data" and reader.stream_of[u] != reader.stream_of[v]
+                  and (u, v) not in missed]
     labels = {s: label for label, s in reader.labels.items()
               if s == 0 or s in reader.stream_of.values()}
     return HandPlacement(clean, reader.stream_of, tuple(reader.order),
                          tuple(dict.fromkeys(syncs)), labels, tuple(reader.kinds),
-                         tuple(reader.problems))
+                         tuple(reader.problems), tuple(reader.waits_on_const))
 
 
 def has_placement(nodes: Iterable[torch.fx.Node]) -> bool:

@@ -322,6 +322,73 @@ def _task_first(graph: nx.DiGraph, name: str) -> bool:
     return all(tensors(a) for a in node.args) and set(node.kwargs) <= _NO_CONST_KWARGS
 
 
+#: ops whose GE converter emits a ``Const`` for a scalar argument first and then, before the
+#: op that reads that ``Const``, ops reading these tensor arguments: a wait landing on the
+#: node (its control edges go onto the ``Const``) leaves those reads unordered.  Read from
+#: TorchAir 2.14's converters and checked against them (``tests/test_torchair_conformance``):
+#: ``addmm`` promotes ``alpha`` and ``beta`` to ``Const`` s, then runs ``MatMulV2(mat1,
+#: mat2)``, then ``Mul(mm, alpha)`` (``ge_converter/aten/addmm.py:57-80``); ``index_add``
+#: promotes ``alpha``, then reads ``index``, ``self`` and ``source`` (``index_add.py:17-61``).
+#: ``baddbmm`` and ``addmv`` emit their matmul first; ``add``/``sub`` with ``alpha``,
+#: ``clamp``, ``lerp``, ``addcmul``, ``addcdiv``, ``mean``, ``mul`` by a scalar feed their
+#: ``Const`` to the op reading their tensors (the wait orders it).
+GE_CONST_BEFORE_READS = {"aten.addmm.default": ("mat1", "mat2"),
+                         "aten.index_add.default": ("self", "index", "source")}
+
+
+@dataclasses.dataclass(frozen=True)
+class WaitLanding:
+    """What a wait orders in GE when it lands on an FX node (``ge_wait_landing``)."""
+
+    #: the node's inputs whose reads the wait does not order
+    unordered_inputs: tuple[Any, ...] = ()
+    #: the ``Const`` taking the wait feeds none of the node's ops: nothing later on the
+    #: stream is ordered by it either
+    lost: bool = False
+
+
+def _bias_in_matmul(node: Any) -> bool:
+    """``addmm`` whose converter folds ``self`` into ``MatMulV2`` as its bias (f16/bf16, a
+    1-D ``self`` or a ``1 x n`` one matching ``mat2``: ``addmm.py:5-17``): with ``alpha`` and
+    ``beta`` 1 the ``Const`` s it makes for them feed nothing."""
+    bias, mat2 = (a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+                  for a in (node.args[0], node.args[2]))
+    if not isinstance(bias, torch.Tensor) or bias.dtype not in (torch.float16, torch.bfloat16):
+        return False
+    if bias.dim() == 1:
+        return True
+    return bias.dim() == 2 and isinstance(mat2, torch.Tensor) and mat2.dim() == 2 \
+        and bias.shape[0] == 1 and bias.shape[1] == mat2.shape[1]
+
+
+def ge_wait_landing(node: Any) -> WaitLanding:
+    """What a wait right before ``node`` on its stream orders in GE: its control edges go
+    onto the first GE op ``node`` 's converter emits (``fx2ge_converter.py:2118-2131``),
+    which for the ops of :data:`GE_CONST_BEFORE_READS` is a ``Const`` that the ops reading
+    some tensor arguments come before.  The ops emitted after the one that reads the
+    ``Const``, and the later ops on the stream, are ordered.
+
+    >>> import torch
+    >>> from torch.fx.experimental.proxy_tensor import make_fx
+    >>> gm = make_fx(lambda b, x, w: torch.addmm(b, x.exp(), w))(*[torch.ones(2, 2)] * 3)
+    >>> [n.name for n in ge_wait_landing(list(gm.graph.nodes)[-2]).unordered_inputs]
+    ['exp', 'w_1']
+    """
+    target = str(getattr(node, "target", ""))
+    names = GE_CONST_BEFORE_READS.get(target)
+    if names is None:
+        return WaitLanding()
+    schema = node.target._schema.arguments
+    given = dict(zip((a.name for a in schema), node.args)) | dict(node.kwargs)
+    if target == "aten.addmm.default":
+        scalars = [given.get(k, 1) for k in ("alpha", "beta")]
+        if _bias_in_matmul(node) and all(not isinstance(v, torch.fx.Node) and float(v) == 1.0
+                                         for v in scalars):
+            return WaitLanding(tuple(a for a in node.all_input_nodes), lost=True)
+    inputs = [given[k] for k in names if isinstance(given.get(k), torch.fx.Node)]
+    return WaitLanding(tuple(dict.fromkeys(inputs)))
+
+
 def ge_wait_targets(syncs: Any, schedule: Schedule, deps: nx.DiGraph) -> list[Any]:
     """``syncs`` with each wait moved, on its consumer's stream, to the nearest op at or
     before the consumer whose first GE op is a task (:func:`_task_first`), so that the
@@ -371,9 +438,10 @@ def ge_place(schedule: Schedule, deps: nx.DiGraph) -> tuple[Schedule, tuple[Any,
         stuck = _stuck_wait(syncs, schedule, deps, moved)
         if stuck is None:
             return schedule, syncs
-        moved.add(stuck[0])
+        names, stream = stuck
+        moved.update(names)
         stream_of = dict(schedule.stream_of)
-        stream_of[stuck[0]] = stuck[1]
+        stream_of.update(dict.fromkeys(names, stream))
         schedule = ge_safe_schedule(dataclasses.replace(schedule, stream_of=stream_of), deps)
     return schedule, _ge_syncs(schedule, deps)
 
@@ -382,13 +450,34 @@ def ge_place(schedule: Schedule, deps: nx.DiGraph) -> tuple[Schedule, tuple[Any,
 GE_PLACEMENT = Placement(f"placed for TorchAir GE ({GE_MODE})", ge_place)
 
 
+def _with_view_sources(name: str, schedule: Schedule, deps: nx.DiGraph) -> list[str]:
+    """``name`` and, while it is a view op, the producer on its stream it views: a view
+    moved without its source would be moved back (a main-stream lazy view of a side
+    stream's result runs on that side stream, :func:`ge_safe_schedule`)."""
+    from autostream.fx.graph import is_view_op
+
+    out = [name]
+    while is_view_op(deps.nodes[name]["fx"]):
+        sources = [p for p in deps.predecessors(name)
+                   if schedule.stream_of.get(p, -1) == schedule.stream_of[name]]
+        if len(sources) != 1:
+            break
+        name = sources[0]
+        out.append(name)
+    return out
+
+
 def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
-                moved: set[str] = frozenset()) -> tuple[str, int] | None:
-    """A consumer whose wait found no op to land on (:func:`ge_wait_targets`) and whose
-    producers all run on one other stream, with that stream: running it there needs no
-    wait.  For the last launched op, which stays on the main stream, or a consumer whose
-    producers run on several streams, the producer of the wait instead, with the
-    consumer's stream.  ``None`` when there is none; ops in ``moved`` are not moved again.
+                moved: set[str] = frozenset()) -> tuple[list[str], int] | None:
+    """Ops to move onto one stream so that a wait finding no op to land on
+    (:func:`ge_wait_targets`) is no longer needed, with that stream: the consumer, when its
+    producers all run on one other stream.  For the last launched op (which stays on the
+    main stream), a consumer already moved whose wait misses what it reads
+    (:func:`ge_wait_landing`), or one whose producers run on several streams, the producer
+    of the wait instead (with the op a view producer views, :func:`_with_view_sources`),
+    onto the consumer's stream: the wait then lands on an op that lowers to the consumer
+    itself, or is moved in turn.  ``None`` when there is none; ops in ``moved`` are not
+    moved again.
 
     >>> import torch
     >>> from torch.fx.experimental.proxy_tensor import make_fx
@@ -397,30 +486,44 @@ def _stuck_wait(syncs: Any, schedule: Schedule, deps: nx.DiGraph,
     >>> deps = build_op_graph(make_fx(lambda x: x.exp().mul(2).cos())(torch.ones(2)))
     >>> s = Schedule("x", {"exp": 1, "mul": 0, "cos": 0}, tuple(deps), {}, {}, 0, 0)
     >>> _stuck_wait([Sync("exp", "mul")], s, deps)
-    ('mul', 1)
+    (['mul'], 1)
+    >>> _stuck_wait([Sync("exp", "mul")], s, deps, {"mul"})  # moved, its wait orders it
     """
     from autostream.fx.graph import is_view_op
     from autostream.scheduling.schedule import JOIN
 
     last = _last_task(schedule.order, schedule.stream_of, deps)
+
+    def pull(sync: Any) -> tuple[list[str], int] | None:
+        if sync.producer == JOIN:
+            return None
+        names = _with_view_sources(sync.producer, schedule, deps)
+        if moved.intersection(names):
+            return None
+        return names, schedule.stream_of[sync.consumer]
+
     for sync in syncs:
         name = sync.consumer
-        if name == JOIN or name in moved or _task_first(deps, name) \
+        if name == JOIN or _task_first(deps, name) \
                 or _is_factory(deps, name) or is_view_op(deps.nodes[name]["fx"]):
             continue
-        if name == last:
-            if sync.producer not in moved:
-                return sync.producer, schedule.stream_of[name]
+        if name in moved and not ge_wait_landing(deps.nodes[name]["fx"]).unordered_inputs:
+            continue  # moved already, and its wait orders what it reads
+        if name == last or name in moved:
+            found = pull(sync)
+            if found is not None:
+                return found
             continue
         # a view of a weight (no producer of its own) follows its consumer's stream
         streams = {schedule.stream_of[p] for p in deps.predecessors(name)
                    if schedule.stream_of[p] >= 0 and not (
                        deps.in_degree(p) == 0 and is_view_op(deps.nodes[p]["fx"]))}
         if len(streams) == 1 and schedule.stream_of[name] not in streams:
-            return name, streams.pop()
+            return [name], streams.pop()
         # producers on several streams: this producer joins the consumer's stream instead
-        if sync.producer not in moved and sync.producer != JOIN:
-            return sync.producer, schedule.stream_of[name]
+        found = pull(sync)
+        if found is not None:
+            return found
     return None
 
 

@@ -21,7 +21,7 @@ import torch.fx
 
 from autostream.dialects.input_mutations import is_input_copy, output_ref_problems
 from autostream.dialects.torchair import air_kind, scope_label, stream_index
-from autostream.dialects.torchair_modes import GE_LAZY_VIEWS, GE_MODE
+from autostream.dialects.torchair_modes import GE_LAZY_VIEWS, GE_MODE, ge_wait_landing
 from autostream.fx.graph import communicates
 
 
@@ -75,7 +75,10 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph, mode: str | None 
     nodes are FX node names).  ``mode="max-autotune"`` checks the graph as TorchAir's GE
     lowers it (``dialects.torchair_modes``): a main-stream lazy view runs on the main
     stream where its first consumer is converted, and a wait with no op after it on its
-    stream (a join right before ``output``) orders nothing.  Elsewhere a record covers
+    stream (a join right before ``output``) orders nothing, and a wait landing on an op whose
+    converter puts it on a ``Const`` made for a scalar argument orders only what that op
+    emits after reading the ``Const`` (``torchair_modes.ge_wait_landing``: ``addmm``'s
+    ``mat1`` and ``mat2`` are read before).  Elsewhere a record covers
     what its stream ran before it, and a wait orders the stream's next op.  With a TorchAir
     ``mode``, the readers of an input the graph writes are checked, from the graph alone,
     to run before the op that mode lets write it in place
@@ -99,12 +102,25 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph, mode: str | None 
 
     deferred: set[torch.fx.Node] = set()  # GE: main-stream lazy views not yet emitted
 
-    def run_op(node: torch.fx.Node, stream: int) -> None:
+    # GE: op -> (its inputs a wait landing on it leaves unordered, its clock without it)
+    missed: dict[str, tuple[set[str], dict[int, int]]] = {}
+
+    def run_op(node: torch.fx.Node, stream: int, holds_wait: bool = True) -> None:
         clock = clock_of_stream.setdefault(stream, {})
-        # GE removes an input copy_ (its Assign): it holds no wait
-        for c in [] if ge and is_input_copy(node) else pending.pop(stream, []):
-            merge(clock, c)
         pos = count.get(stream, 0)
+        # GE removes an input copy_ (its Assign) and emits a lazy view unlabelled before its
+        # consumer's ops: neither holds a wait
+        waits = pending.pop(stream, []) if holds_wait and not (ge and is_input_copy(node)) \
+            else []
+        landing = ge_wait_landing(node) if ge and waits else None
+        if landing is not None and landing.unordered_inputs:
+            before = dict(clock)
+            before[stream] = pos
+            missed[node.name] = (_producers(landing.unordered_inputs, deps), before)
+        if landing is not None and landing.lost:
+            waits = []
+        for c in waits:
+            merge(clock, c)
         count[stream] = pos + 1
         clock[stream] = pos
         where[node.name] = (stream, pos)
@@ -116,7 +132,7 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph, mode: str | None 
             if arg in deferred:
                 emit_views(arg)
                 deferred.discard(arg)
-                run_op(arg, 0)
+                run_op(arg, 0, holds_wait=False)
 
     output_node = None
     for node in gm.graph.nodes:
@@ -173,11 +189,16 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph, mode: str | None 
         if u not in where or v not in where or (ge and is_input_copy(deps.nodes[v].get("fx"))):
             continue  # GE: what an input copy_ reads goes to NetOutput, which the join orders
         su, pu = where[u]
-        if clock_of_op[v].get(su, -1) < pu:
+        on_const = v in missed and u in missed[v][0]
+        clock = missed[v][1] if on_const else clock_of_op[v]
+        if clock.get(su, -1) < pu:
             result.unordered.append((u, v))
+            why = (f"; GE puts the wait before {v} on the Const its converter makes for a "
+                   f"scalar argument, and {v} reads {u} before using that Const"
+                   ) if on_const else ""
             result.problems.append(
                 f"dependence {u} -> {v} is not ordered (stream {su} -> stream {where[v][0]})"
-            )
+                + why)
     result.problems += check_collective_order(gm.graph, where, clock_of_op, deps)
     refs = 0
     if mode is not None:
@@ -197,6 +218,19 @@ def verify_rewrite(gm: torch.fx.GraphModule, deps: nx.DiGraph, mode: str | None 
     if output_node is None:
         result.problems.append("the graph has no output node")
     return result
+
+
+def _producers(inputs: tuple[torch.fx.Node, ...], deps: nx.DiGraph) -> set[str]:
+    """The ops of ``deps`` behind ``inputs`` (through nodes it does not hold, a ``getitem``)."""
+    out: set[str] = set()
+    todo = list(inputs)
+    while todo:
+        node = todo.pop()
+        if node.name in deps:
+            out.add(node.name)
+        else:
+            todo += node.all_input_nodes
+    return out
 
 
 def check_collective_order(

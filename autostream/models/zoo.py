@@ -26,6 +26,7 @@ __all__ = [
     "moe_model",
     "decoder_layer",
     "inception_block",
+    "inception_head",
     "multihead_block",
     "parallel_block",
     "two_branch_gemv",
@@ -168,6 +169,31 @@ def inception_block(
     _seeded(3)
     model = InceptionBlock(channels, 32, 48, 16, 16).eval()
     return model, (torch.randn(batch, channels, size, size),)
+
+
+class InceptionHead(nn.Module):
+    """GoogLeNet's last stage: an Inception block, then its classifier (average pool,
+    ``flatten``, ``Linear``)."""
+
+    def __init__(self, channels: int, classes: int) -> None:
+        super().__init__()
+        self.block = InceptionBlock(channels, 32, 48, 16, 16)
+        self.fc = nn.Linear(32 + 48 + 16 + 16, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.adaptive_avg_pool2d(self.block(x), (1, 1))
+        return self.fc(torch.flatten(x, 1))
+
+
+@own_rng
+def inception_head(
+    batch: int = 1, channels: int = 64, size: int = 14, classes: int = 10
+) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """GoogLeNet's classifier head on a ``batch x channels x size x size`` input (not in
+    ``ZOO``): its ``Linear`` reads the pooled, flattened block through ``addmm``, whose
+    ``alpha`` TorchAir's GE makes a ``Const`` first (``dialects.torchair_modes``)."""
+    _seeded(3)
+    return InceptionHead(channels, classes).eval(), (torch.randn(batch, channels, size, size),)
 
 
 class MultiHeadBlock(nn.Module):

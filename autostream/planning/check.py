@@ -61,7 +61,8 @@ class Race:
     storage: str
     #: ``file:line (code)`` of each op, ``"?"`` where the graph has no stack trace
     source: tuple[str, str]
-    #: "data" (read before written), "memory" (a write against a read or write), ...
+    #: "data" (read before written), "memory" (a write against a read or write), "wait on a
+    #: Const" (GE: the wait meant for it lands on a ``Const`` its consumer reads after it) ...
     kind: str = "data"
 
     def describe(self) -> str:
@@ -166,12 +167,13 @@ def source_line(node: torch.fx.Node | None) -> str:
 def _races(placement: HandPlacement, deps: nx.DiGraph, unordered: list[tuple[str, str]]
            ) -> tuple[Race, ...]:
     label = placement.labels
+    on_const = set(placement.waits_on_const)
     out = []
     for u, v in unordered:
         fu, fv = deps.nodes[u]["fx"], deps.nodes[v]["fx"]
+        kind = "wait on a Const" if (u, v) in on_const else deps.edges[u, v].get("kind", "data")
         out.append(Race((u, v), (label[placement.stream_of[u]], label[placement.stream_of[v]]),
-                        dependence_storage(fu, fv), (source_line(fu), source_line(fv)),
-                        deps.edges[u, v].get("kind", "data")))
+                        dependence_storage(fu, fv), (source_line(fu), source_line(fv)), kind))
     return tuple(out)
 
 
