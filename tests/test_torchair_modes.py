@@ -321,7 +321,8 @@ def _two_chains_plan(monkeypatch, mode, budget):
     from autostream.scheduling.simulate import simulate_plan
     from tests.helpers import UniformCosts
 
-    monkeypatch.setattr(AutoStreamPass, "cost_model_for", lambda self, device: UniformCosts())
+    monkeypatch.setattr(AutoStreamPass, "cost_model_for",
+                        lambda self, device, communicates=False: UniformCosts())
     gm = make_fx(_two_chains, tracing_mode="fake")(torch.randn(256, 256), torch.randn(256, 256))
     memory = GraphMemory.from_graph(gm)
     report = AutoStreamPass(max_streams=2, max_memory_increase=budget).run(gm, None, mode)

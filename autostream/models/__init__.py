@@ -7,4 +7,5 @@ string (``MODEL_SPEC``).
 
 May import: scheduling.
 experts may import: comm, dialects, scheduling (its layers are written with the air ops).
+hand_example may import: dialects (a hand placement written with the air ops).
 """
