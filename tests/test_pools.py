@@ -58,6 +58,26 @@ def _same(got, expected) -> bool:
 
 
 # -- worker threads ----------------------------------------------------------------------
+def _in_two_threads(user) -> list[BaseException]:
+    """Run ``user(0)`` and ``user(1)`` in two threads at once; what they raised (a thread
+    still running after ``2 * HANG_S`` fails the test: its calls hung)."""
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            user(k)
+        except BaseException as exc:  # noqa: BLE001 - returned to the test
+            errors.append(exc)
+
+    users = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in users:
+        t.start()
+    for t in users:
+        t.join(timeout=2 * HANG_S)
+    assert not any(t.is_alive() for t in users), "a user's calls hung"
+    return errors
+
+
 def test_idle_workers_exit_and_a_bad_timeout_is_refused():
     pool = WorkerPool(idle_s=0.05, name="autostream-test-idle")
     assert [pool.submit(lambda i=i: i * i) for i in range(3)][2].result(timeout=HANG_S) == 4
@@ -129,22 +149,14 @@ def test_two_user_threads_run_their_side_streams_at_once():
     pool = WorkerPool(idle_s=HANG_S, name="autostream-test-meet")
     runners = [ThreadsRunner(graph(), workers=pool) for _ in range(2)]
     got: dict[int, list[torch.Tensor]] = {0: [], 1: []}
-    errors: list[BaseException] = []
 
     def user(k: int) -> None:
-        try:
-            for i in range(5):
-                got[k].append(runners[k](torch.full((3,), float(10 * k + i))))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for i in range(5):
+            got[k].append(runners[k](torch.full((3,), float(10 * k + i))))
 
-    users = [threading.Thread(target=user, args=(k,)) for k in range(2)]
-    for t in users:
-        t.start()
-    for t in users:
-        t.join(timeout=2 * HANG_S)
+    errors = _in_two_threads(user)
     pool.trim()
-    assert not any(t.is_alive() for t in users) and errors == []
+    assert errors == []
     for k in range(2):  # 2x - x
         assert [v[0].tolist() for v in got[k]] == [[float(10 * k + i)] * 3 for i in range(5)]
     assert pool.started == 2
@@ -289,24 +301,13 @@ def test_two_user_threads_calling_compiled_models_at_once():
                 m, backend=autostream.backend(max_streams=2, measure=0, runtime="sequential"))
             with torch.no_grad():
                 plain.append((compiled, sequential(x)))
-        errors: list[BaseException] = []
-
         def user(k: int) -> None:
             compiled, expected = plain[k]
-            try:
-                with torch.no_grad():
-                    for _ in range(20):
-                        assert torch.equal(compiled(inputs[k]), expected)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
+            with torch.no_grad():
+                for _ in range(20):
+                    assert torch.equal(compiled(inputs[k]), expected)
 
-        users = [threading.Thread(target=user, args=(k,)) for k in range(2)]
-        for t in users:
-            t.start()
-        for t in users:
-            t.join(timeout=2 * HANG_S)
-        assert not any(t.is_alive() for t in users), "a user's calls hung"
-        assert errors == []
+        assert _in_two_threads(user) == []
         assert [be.last_report.streams_used for be in reports] == [2, 2]
     finally:
         torch.set_num_threads(old)
