@@ -31,6 +31,8 @@ import sys
 import time
 from typing import Any
 
+from autostream.runtime.machine import this_machine
+
 BACKENDS = ("aot_eager", "autostream")
 MODELS = ("moe_decoder", "fanout", "googlenet")
 TARGET = 1.15
@@ -157,6 +159,21 @@ def quality() -> list[dict[str, Any]]:
     return rows
 
 
+def probe_state() -> str:
+    """Whether the default CPU table's probe runs in the timed processes (a machine's
+    first process pays it once, then every process reads its cache)."""
+    from autostream.cost import TableCostModel
+    from autostream.cost.fitted import measured_here, probe_enabled
+
+    if not probe_enabled():
+        return "cost probe off (AUTOSTREAM_COST_PROBE=off): the shipped cpu table"
+    if measured_here(TableCostModel.load("cpu").table):
+        return "the shipped cpu table was measured on this machine: no probe"
+    return ("the cpu table fitted to this machine by the cost probe: the timed processes "
+            "read the fit from its per-machine cache after the first (the probe, <= 2 s, "
+            "is paid once per machine)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", nargs=2, metavar=("MODEL", "BACKEND"),
@@ -169,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         child(*args.child)
         return
+    print(f"machine: {this_machine()}; {probe_state()}", flush=True)
     for name in args.models:
         row = overhead(name, args.runs)
         if "skip" in row:
