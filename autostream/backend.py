@@ -312,6 +312,10 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
             if _same_plan(old, new):
                 return None, f"CP-SAT's plan ({took}) is the fast plan: nothing to switch"
             before = _predicted(old)
+            if not _predicted(new) < before:  # a switch costs a measurement (and a capture)
+                return None, (f"CP-SAT's plan ({took}) is predicted no faster "
+                              f"({_predicted(new):.1f} us, the fast plan {before:.1f} us): "
+                              f"the fast plan stays")
             _retire_runners(report.graph_runners)
             stream_pass.reports.append(new)
             report.passes[-1] = new
