@@ -301,6 +301,8 @@ def test_two_user_threads_calling_compiled_models_at_once():
                 m, backend=autostream.backend(max_streams=2, measure=0, runtime="sequential"))
             with torch.no_grad():
                 plain.append((compiled, sequential(x)))
+                compiled(x)  # compiled here: Dynamo does not compile in two threads at once
+
         def user(k: int) -> None:
             compiled, expected = plain[k]
             with torch.no_grad():
