@@ -483,8 +483,8 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         return report
 
     def _plan_and_rewrite_once(self, gm: torch.fx.GraphModule, example_inputs: Any,
-                               mode: str | None = None, runtime: str | None = None,
-                               options: PlanOptions | None = None) -> PassReport:
+                               mode: str | None = None, runtime: str | None = None
+                               ) -> PassReport:
         nodes = len(gm.graph.nodes)
         tagged = hand_tagged(gm.graph)
         if tagged:
@@ -493,7 +493,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             costs = self.cost_model_for(graph_device(gm.graph, example_inputs),
                                         has_communication(gm.graph))
             acl = mode in ACL_MODES
-            plan = plan_graph(gm, options or self.options(), costs,
+            plan = plan_graph(gm, self.options(), costs,
                               acl_reinplace_hazards if acl else
                               ge_output_ref_edges if mode == GE_MODE else None,
                               acl_scope_overhead_us(costs.sync_latency_us) if acl else 0.0,
