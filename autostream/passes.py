@@ -418,6 +418,11 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
                 report = self._plan_anytime(gm, example_inputs, runtime)
             else:
                 report = self._plan_and_rewrite_graph(gm, example_inputs, mode, runtime)
+        return self._described(report, gm, example_inputs)
+
+    def _described(self, report: PassReport, gm: torch.fx.GraphModule,
+                   example_inputs: Any) -> PassReport:
+        """``report`` with the graph's device, its cost table and CP-SAT's time limit."""
         device = graph_device(gm.graph, example_inputs)
         return dataclasses.replace(report, device=device, cost_table=self.table_label(device),
                                    time_limit=self._time_limit_text(report.plan))
@@ -458,9 +463,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
                         runtime: str | None) -> PassReport:
         """What a synchronous compile gives ``gm``: the background plan."""
         report = self._plan_and_rewrite_once(gm, example_inputs, None, runtime)
-        device = graph_device(gm.graph, example_inputs)
-        return dataclasses.replace(report, device=device, cost_table=self.table_label(device),
-                                   time_limit=self._time_limit_text(report.plan))
+        return self._described(report, gm, example_inputs)
 
     def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any,
                                 mode: str | None = None, runtime: str | None = None
