@@ -406,7 +406,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
     def _plans_in_background(self, mode: str | None) -> bool:
         """Whether a graph may get a fast plan first: CP-SAT by its default budget (an
         explicit ``time_limit`` is a budget the compile pays), CUDA events (TorchAir's GE
-        compiles what the pass returns), several streams."""
+        compiles what the pass returns), several streams, no core budgets."""
         return (mode is None and self.solver == "cpsat" and self.time_limit is None
                 and self.max_streams > 1 and not self.core_budgets)
 
