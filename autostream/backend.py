@@ -119,14 +119,14 @@ def backend(runtime: str = "auto", sanitize: bool = False, measure: int = 5,
     A functional all-reduce whose input no other op can see runs in place, as
     hand-written code does (``autostream.dialects.reinplace``).
 
-    The compile plans like one stream (``planning.anytime``): each CP-SAT solve is answered
-    by the plan cache, else by the best of HEFT and the cheap baselines; CP-SAT then plans
-    the graph in a background thread from a later call, once no graph has compiled for a
-    quarter of a second, and its plan (the one a
-    synchronous compile gives, stored in the plan cache for the next process) takes over
-    between two calls, re-measured alone against the one-stream candidates
-    (``runtime.switch``; ``BackendReport.anytime`` says which plan ran which calls).
-    Graphs compiled for autograd or that communicate, an explicit ``time_limit``,
+    The compile returns with a plan at once (``planning.anytime``): each CP-SAT solve is
+    answered by the plan cache, else by the best of HEFT and the cheap baselines; CP-SAT
+    then plans the graph in a background thread from a later call, once no graph has
+    compiled for a quarter of a second, and its plan (the one a synchronous compile gives,
+    stored in the plan cache for the next process) takes over between two calls where it
+    is predicted faster than the fast plan, re-measured alone against the one-stream
+    candidates (``runtime.switch``; ``BackendReport.anytime`` says which plan ran which
+    calls).  Graphs compiled for autograd or that communicate, an explicit ``time_limit``,
     ``core_budgets``, other solvers and ``AUTOSTREAM_ANYTIME=off`` plan synchronously; with
     ``AUTOSTREAM_STRICT=1`` a failed background plan raises at the graph's next call.
 

@@ -406,7 +406,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
     def _plans_in_background(self, mode: str | None) -> bool:
         """Whether a graph may get a fast plan first: CP-SAT by its default budget (an
         explicit ``time_limit`` is a budget the compile pays), CUDA events (TorchAir's GE
-        compiles what the pass returns), several streams."""
+        compiles what the pass returns), several streams, no core budgets."""
         return (mode is None and self.solver == "cpsat" and self.time_limit is None
                 and self.max_streams > 1 and not self.core_budgets)
 
@@ -418,6 +418,11 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
                 report = self._plan_anytime(gm, example_inputs, runtime)
             else:
                 report = self._plan_and_rewrite_graph(gm, example_inputs, mode, runtime)
+        return self._described(report, gm, example_inputs)
+
+    def _described(self, report: PassReport, gm: torch.fx.GraphModule,
+                   example_inputs: Any) -> PassReport:
+        """``report`` with the graph's device, its cost table and CP-SAT's time limit."""
         device = graph_device(gm.graph, example_inputs)
         return dataclasses.replace(report, device=device, cost_table=self.table_label(device),
                                    time_limit=self._time_limit_text(report.plan))
@@ -458,9 +463,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
                         runtime: str | None) -> PassReport:
         """What a synchronous compile gives ``gm``: the background plan."""
         report = self._plan_and_rewrite_once(gm, example_inputs, None, runtime)
-        device = graph_device(gm.graph, example_inputs)
-        return dataclasses.replace(report, device=device, cost_table=self.table_label(device),
-                                   time_limit=self._time_limit_text(report.plan))
+        return self._described(report, gm, example_inputs)
 
     def _plan_and_rewrite_graph(self, gm: torch.fx.GraphModule, example_inputs: Any,
                                 mode: str | None = None, runtime: str | None = None
@@ -483,8 +486,8 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
         return report
 
     def _plan_and_rewrite_once(self, gm: torch.fx.GraphModule, example_inputs: Any,
-                               mode: str | None = None, runtime: str | None = None,
-                               options: PlanOptions | None = None) -> PassReport:
+                               mode: str | None = None, runtime: str | None = None
+                               ) -> PassReport:
         nodes = len(gm.graph.nodes)
         tagged = hand_tagged(gm.graph)
         if tagged:
@@ -493,7 +496,7 @@ class AutoStreamPass(PlanOptions, CustomGraphPass):
             costs = self.cost_model_for(graph_device(gm.graph, example_inputs),
                                         has_communication(gm.graph))
             acl = mode in ACL_MODES
-            plan = plan_graph(gm, options or self.options(), costs,
+            plan = plan_graph(gm, self.options(), costs,
                               acl_reinplace_hazards if acl else
                               ge_output_ref_edges if mode == GE_MODE else None,
                               acl_scope_overhead_us(costs.sync_latency_us) if acl else 0.0,

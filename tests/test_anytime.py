@@ -24,6 +24,7 @@ from autostream.models.zoo import ZOO, multihead_block, two_branch_gemv
 from autostream.passes import AutoStreamPass
 from autostream.planning.anytime import ANYTIME_ENV, BackgroundPlan
 from autostream.runtime.switch import PlanSwitch
+from tests.factories import largest_graph
 from tests.helpers import as_tuple
 from tests.test_comm import two_allreduces
 
@@ -163,12 +164,9 @@ def test_the_background_plan_fills_the_plan_cache_for_the_next_compile(monkeypat
 def test_graphs_that_communicate_plan_synchronously():
     anytime = AutoStreamPass(max_streams=2).apply(two_allreduces(), anytime=True)
     assert anytime.background is None and anytime.plan.schedule.solver != "heft"
-    model, inputs = two_branch_gemv()
-    gm = torch.fx.symbolic_trace(model)  # the same call without communication: fast plan
-    from autostream.fx.capture import capture_graphs
-
-    gm = max(capture_graphs(model, inputs), key=lambda g: len(g.graph.nodes))
-    report = AutoStreamPass(max_streams=2).apply(gm, inputs, anytime=True)
+    model, inputs = two_branch_gemv()  # the same call without communication: fast plan
+    report = AutoStreamPass(max_streams=2).apply(largest_graph(model, inputs), inputs,
+                                                 anytime=True)
     assert isinstance(report.background, BackgroundPlan)
 
 
@@ -296,9 +294,7 @@ def test_the_final_plan_is_the_synchronous_plan(name, monkeypatch):
 
 def test_the_torchair_pass_plans_synchronously_and_names_its_time_limit():
     model, inputs = two_branch_gemv()
-    from autostream.fx.capture import capture_graphs
-
-    gm = max(capture_graphs(model, inputs), key=lambda g: len(g.graph.nodes))
+    gm = largest_graph(model, inputs)
     report = AutoStreamPass(max_streams=2).run(gm, inputs, mode="max-autotune")
     assert report.background is None and report.plan.schedule.solver == "cpsat"
     assert "search budget 0.03 s (by the graph's size: no time_limit)" in report.summary()

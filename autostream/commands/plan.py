@@ -162,17 +162,15 @@ def plan_captured(model: Any, inputs: Any, streams: int, solver: str, cost_table
     import torch.fx
 
     from autostream.cost.runtime_target import default_runtime
-    from autostream.fx.capture import capture_graphs
     from autostream.fx.device import graph_device
     from autostream.passes import AutoStreamPass
+    from autostream.planning.plan import largest_graph, model_graphs
 
     if isinstance(model, torch.fx.GraphModule) and not inputs:
         graphs = [model]  # a graph with fake values and no inputs (the experts' layers)
     else:
-        graphs = capture_graphs(model, tuple(inputs))
-    if not graphs:
-        raise ValueError("torch.compile captured no graph for this model; nothing to plan")
-    largest = max(range(len(graphs)), key=lambda i: len(graphs[i].graph.nodes))
+        graphs = model_graphs(model, inputs)
+    largest = graphs.index(largest_graph(graphs))
     stream_pass = AutoStreamPass(max_streams=streams, solver=solver, cost_table=cost_table,
                                  time_limit=time_limit, max_memory_increase=max_memory_increase,
                                  core_budgets=core_budgets)
