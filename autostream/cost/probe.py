@@ -86,7 +86,7 @@ class Probe:
     stream_switch_us: float
     #: FLOP/s of the fastest probe matmul (f32)
     peak_flops: float
-    #: bytes/s of a large copy
+    #: bytes/s of the fastest probe add, over its time beyond the launch
     bandwidth: float
     points: tuple[ProbePoint, ...]
     seconds: float
