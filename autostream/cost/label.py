@@ -13,10 +13,12 @@ if TYPE_CHECKING:
     from autostream.cost.model import TableCostModel
 
 
-def table_label(model: TableCostModel | Any, name: str | os.PathLike | None, device: str) -> str:
+def table_label(model: TableCostModel | Any, name: str | os.PathLike | None, device: str,
+                default_of: str | None = None) -> str:
     """The cost table a graph on ``device`` was planned with, in words: its name, whether
-    the user gave it or it is the device's default, measured or spec-derived, and a
-    warning when it was made for another kind of device.
+    the user gave it or it is the default (of ``default_of``, in words; ``None``: of
+    ``device`` graphs), measured or spec-derived, and a warning when it was made for
+    another kind of device.
 
     >>> from autostream.cost import TableCostModel
     >>> table_label(TableCostModel.load("h200"), "h200", "cpu")
@@ -33,7 +35,7 @@ def table_label(model: TableCostModel | Any, name: str | os.PathLike | None, dev
         how = (f"shipped table rescaled to this machine by a {d['probe']['seconds']:.1f} s "
                f"probe; measured on {d['probe']['measured_on']}")
     given = ("given" if name is not None
-             else f"the default of {device} graphs")
+             else f"the default of {default_of or f'{device} graphs'}")
     label = name if name is not None else DEFAULT_TABLES.get(device, model.profile.name)
     text = f"{os.fspath(label)!r} ({given}; {kind}, {how}"
     mismatch = table_mismatch(kind, device)

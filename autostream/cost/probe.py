@@ -3,7 +3,7 @@
 The probe times, on this machine, a few matmuls (``x @ w.T`` and with a bias, as
 ``nn.Linear`` runs them, from 1 to 134 MFLOP) and elementwise adds (6 KB to 6 MB), each alone in a loop (its fastest call over
 interleaved rounds), and the roofline's terms:
-the per-op overhead (a 1-element add), the bandwidth (the largest add's bytes over its
+the per-op overhead (a 1-element add), the bandwidth (the fastest add's bytes over its
 time beyond the overhead: the caches and memory a graph's tensors live in), the peak
 FLOP/s (the fastest matmul's rate), and the planner's sync costs (a record/wait pair, a
 stream switch).  The caches stay warm between calls, as they do for the small models a
@@ -86,7 +86,7 @@ class Probe:
     stream_switch_us: float
     #: FLOP/s of the fastest probe matmul (f32)
     peak_flops: float
-    #: bytes/s of a large copy
+    #: bytes/s of the fastest probe add, over its time beyond the launch
     bandwidth: float
     points: tuple[ProbePoint, ...]
     seconds: float

@@ -384,7 +384,7 @@ def ge_wait_landing(node: Any) -> WaitLanding:
         scalars = [given.get(k, 1) for k in ("alpha", "beta")]
         if _bias_in_matmul(node) and all(not isinstance(v, torch.fx.Node) and float(v) == 1.0
                                          for v in scalars):
-            return WaitLanding(tuple(a for a in node.all_input_nodes), lost=True)
+            return WaitLanding(tuple(node.all_input_nodes), lost=True)
     inputs = [given[k] for k in names if isinstance(given.get(k), torch.fx.Node)]
     return WaitLanding(tuple(dict.fromkeys(inputs)))
 

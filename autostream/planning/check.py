@@ -308,11 +308,10 @@ def check(gm: torch.fx.GraphModule, mode: str = "cuda", cost_table: Any = None,
         model = load_cost_model(cost_table)
     named = (cost_table if isinstance(cost_table, (str, os.PathLike)) or cost_table is None
              else getattr(getattr(model, "table", None), "source", type(model).__name__))
-    label = table_label(model, named, device)
-    if cost_table is None and TORCHAIR_MODE[mode] is not None:  # not the graph's device
-        label = label.replace(f"the default of {device} graphs",
-                              f"the default of mode {mode!r}: TorchAir's target, Ascend", 1)
-    return check_placement(gm, mode, options, model, ge_placement, label)
+    # TorchAir's modes: the default is the target's, not that of the graph's device
+    whose = f"mode {mode!r}: TorchAir's target, Ascend" if TORCHAIR_MODE[mode] else None
+    return check_placement(gm, mode, options, model, ge_placement,
+                           table_label(model, named, device, whose))
 
 
 __all__ = ["MAIN", "HandCheck", "Race", "TORCHAIR_MODE", "check", "check_placement",
