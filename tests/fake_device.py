@@ -64,6 +64,9 @@ class FakeEvent:
     #: the work of ``recorded_on`` it covers, when recorded during a capture
     stamp: int = 0
 
+    def __repr__(self) -> str:
+        return self.name
+
 
 @dataclass
 class FakeCapture:
@@ -80,9 +83,6 @@ class FakeCapture:
 
     def unjoined(self) -> list[FakeStream]:
         return [s for s, n in self.work.items() if self.joined.get(s, 0) < n]
-
-    def __repr__(self) -> str:
-        return self.name
 
 
 @dataclass

@@ -310,7 +310,7 @@ class GraphRunner:
         if self.refused is not None:
             return self._uncaptured(inputs)
         flat = inputs if self._plain_inputs else self.gm.graph._codegen.process_inputs(*inputs)
-        if torch.is_grad_enabled() and self._autograd(flat):
+        if self._autograd(flat):
             # this call only: a later no_grad call is captured
             self.stats.autograd_calls += 1
             return self._uncaptured(inputs)

@@ -30,7 +30,7 @@ from autostream.runtime.execute import Env, bind_inputs, collect_outputs, run_op
 from autostream.runtime.interpret import EnvHooks, interpret
 from autostream.runtime.memory import MeasuredMemory, allocator_peak
 from autostream.runtime.program import Step, StreamProgram, parse_program
-from autostream.runtime.stream_pool import device_streams
+from autostream.runtime.stream_pool import DeviceStreams, device_streams
 
 
 class StreamAPI(Protocol):
@@ -132,32 +132,34 @@ class StreamsRunner:
         self._make_api = api
         self.record_memory = record_memory
         self.last_memory: MeasuredMemory | None = None
-        self._per_device: dict[torch.device, tuple[StreamAPI, dict[int, Any]]] = {}
+        #: device -> its stream API, its side streams and the pool they come from
+        self._per_device: dict[torch.device, tuple[StreamAPI, dict[int, Any], DeviceStreams]] = {}
 
-    def _streams_for(self, device: torch.device) -> tuple[StreamAPI, dict[int, Any]]:
+    def _streams_for(self, device: torch.device
+                     ) -> tuple[StreamAPI, dict[int, Any], DeviceStreams]:
         if device not in self._per_device:
             api = self._make_api(device)
-            side = device_streams(self._make_api, device).side(self.program.side_streams,
-                                                               api.new_stream)
-            self._per_device[device] = (api, side)
+            pool = device_streams(self._make_api, device)
+            self._per_device[device] = (api, pool.side(self.program.side_streams,
+                                                       api.new_stream), pool)
         return self._per_device[device]
 
     def __call__(self, *inputs: Any) -> Any:
         env = bind_inputs(self.gm, self.program, inputs)
         device = input_device(tuple(env[p] for p in self.program.placeholders))
-        api, side = self._streams_for(device)
+        api, side, pool = self._streams_for(device)
         if not self.record_memory:
-            return self._run(env, api, side, device)
+            return self._run(env, api, side, pool)
         out, self.last_memory = allocator_peak(api, list(env.values()),
-                                               lambda: self._run(env, api, side, device))
+                                               lambda: self._run(env, api, side, pool))
         return out
 
-    def _run(self, env: Env, api: StreamAPI, side: dict[int, Any], device: torch.device
+    def _run(self, env: Env, api: StreamAPI, side: dict[int, Any], pool: DeviceStreams
              ) -> Any:
         call = DeviceCall(self.gm, env, api, api.current_stream(), side)
         # the side streams are the device's, shared: never launch on one another thread
         # is capturing (runtime/stream_pool.py)
-        with device_streams(self._make_api, device).lock:
+        with pool.lock:
             call.fork()
             try:
                 interpret(self.program.steps, call)
