@@ -31,7 +31,7 @@ time is host time the replay did not hide.
 
 Rows: each row carries its graph runners' ``describe()`` (``runners``).  A row whose
 autostream or one-stream graph did not run captured (refused, calls run uncaptured, or
-every input copied because the graph's effects were unknown) has ``captured`` false and
+writes found by the warm-up because the effects were unknown) has ``captured`` false and
 ``not_captured`` saying why; it is shown but never counted towards a target.
 
 The slot can end at any moment: every row is on disk as soon as it is measured
@@ -211,14 +211,6 @@ class Collecting:
         return self.backend.last_report
 
 
-def _effects_unknown(runner: Any) -> bool:
-    """Whether the runner copied every input because the graph's effects were unknown."""
-    known = getattr(runner.stats, "effects_known", None)
-    if known is None:
-        known = getattr(runner, "effects_known", getattr(runner, "_effects_known", True))
-    return not known
-
-
 def capture_check(variant: str, reports: Sequence[Any]) -> tuple[dict[str, str], list[str]]:
     """Each graph runner's ``describe()`` (``"variant/label"``), and why ``variant`` did not
     run captured (empty: every graph of it was captured and every call replayed)."""
@@ -243,8 +235,8 @@ def capture_check(variant: str, reports: Sequence[Any]) -> tuple[dict[str, str],
                 why.append(f"{where}/{label}: never captured")
             if stats.uncaptured_calls:
                 why.append(f"{where}/{label}: {stats.uncaptured_calls} calls uncaptured")
-            if _effects_unknown(runner):
-                why.append(f"{where}/{label}: every input copied (effects unknown)")
+            if stats.effects_unknown:  # writes were found by the warm-up, not the schemas
+                why.append(f"{where}/{label}: effects unknown ({stats.effects_unknown})")
     return described, why
 
 

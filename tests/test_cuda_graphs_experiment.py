@@ -221,16 +221,20 @@ def test_a_row_whose_runners_did_not_capture_is_marked_and_counts_towards_no_tar
     assert errors.measured == "33.3%"  # the slow row's alone
 
 
-def test_a_runner_that_copied_every_input_for_unknown_effects_does_not_count():
-    stats = SimpleNamespace(captures=1, uncaptured_calls=0)
-    runner = SimpleNamespace(stats=stats, refused=None, _effects_known=False,
+def test_a_runner_whose_effects_were_unknown_does_not_count():
+    """Its writes were found by the warm-up, not by the ops' schemas: kept out of targets.
+    The runner's own ``stats`` field is read (``GraphStats.effects_unknown``)."""
+    from autostream.runtime.graphed import GraphStats
+
+    stats = GraphStats(captures=1, effects_unknown="EffectsUnknown: an op without a schema")
+    runner = SimpleNamespace(stats=stats, refused=None,
                              describe=lambda: "captured 1 graph, 9 replays")
     report = SimpleNamespace(capture_refused="", runtime="graph",
                              graph_runners=[("plan", runner)])
     described, why = cuda_graphs.capture_check("autostream", [report])
     assert described == {"autostream/plan": "captured 1 graph, 9 replays"}
-    assert why == ["autostream/plan: every input copied (effects unknown)"]
-    runner._effects_known = True
+    assert why == ["autostream/plan: effects unknown (EffectsUnknown: an op without a schema)"]
+    stats.effects_unknown = ""
     assert cuda_graphs.capture_check("autostream", [report])[1] == []
     refused = SimpleNamespace(capture_refused="host sync (aten.item)", runtime="streams",
                               graph_runners=[])
